@@ -1,0 +1,159 @@
+"""Build the upstream binaries of the test cluster from pinned Go modules.
+
+Everything comes from the Go module proxy, pinned by the committed ``go.mod`` /
+``go.sum`` files under ``tests/cluster/go/``:
+
+* ``go/k8s``: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+  from ``k8s.io/kubernetes`` plus etcd (``cmd/etcd`` calls ``etcdmain.Main``) from
+  the same module graph;
+* ``go/kueue``: ``sigs.k8s.io/kueue/cmd/kueue``.
+
+Binaries land in ``tests/cluster/.build/bin/<key>/`` where ``<key>`` hashes the
+module files and the build flags, so a warm start only checks that the files are
+there. The Go module and build caches are Go's own (``go env GOMODCACHE GOCACHE``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent  # tests/cluster
+GO_DIR = HERE / "go"
+BUILD_DIR = HERE / ".build"
+
+K8S_VERSION = "v1.35.4"
+KUEUE_VERSION = "v0.17.0"
+
+K8S_COMMANDS = {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "etcd": "./cmd/etcd",
+}
+KUEUE_COMMANDS = {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}
+BINARIES = (*K8S_COMMANDS, *KUEUE_COMMANDS)
+
+
+def _k8s_ldflags() -> str:
+    major, minor = K8S_VERSION.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return " ".join(
+        [
+            "-s",
+            "-w",
+            f"-X {pkg}.gitVersion={K8S_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    )
+
+
+def _kueue_ldflags() -> str:
+    return f"-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}"
+
+
+def build_key() -> str:
+    """Hash of everything that decides the binaries' contents."""
+    h = hashlib.sha256()
+    for sub in ("k8s", "kueue"):
+        for name in ("go.mod", "go.sum"):
+            h.update((GO_DIR / sub / name).read_bytes())
+    h.update((GO_DIR / "k8s" / "cmd" / "etcd" / "main.go").read_bytes())
+    h.update(_k8s_ldflags().encode())
+    h.update(_kueue_ldflags().encode())
+    return h.hexdigest()[:16]
+
+
+def bin_dir() -> Path:
+    return BUILD_DIR / "bin" / build_key()
+
+
+def binaries_present(directory: Path | None = None) -> bool:
+    d = directory or bin_dir()
+    return all((d / b).is_file() and os.access(d / b, os.X_OK) for b in BINARIES)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GOTOOLCHAIN"] = "local"
+    env["CGO_ENABLED"] = "0"
+    env.pop("GOFLAGS", None)  # -mod=mod etc. must not override the committed go.sum
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, log) -> None:
+    log(f"+ (cd {cwd.relative_to(HERE.parent.parent)} && {' '.join(cmd)})")
+    subprocess.run(cmd, cwd=cwd, env=_go_env(), check=True)
+
+
+def build(*, jobs: int | None = None, force: bool = False, log=None) -> Path:
+    """Build (if needed) and return the directory holding all binaries.
+
+    Safe to call from several processes at once (pytest-xdist workers, make):
+    a file lock serialises builders and later callers find the result.
+    """
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    target = bin_dir()
+    if binaries_present(target) and not force:
+        return target
+    if shutil.which("go") is None:
+        raise RuntimeError("Go toolchain not found on PATH; it is needed to build the test cluster")
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    with open(BUILD_DIR / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binaries_present(target) and not force:
+            return target
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        t0 = time.monotonic()
+        log(f"building test-cluster binaries into {target} (go build -p {jobs}; cold: tens of minutes)")
+        common = ["go", "build", f"-p={jobs}", "-trimpath"]
+        _run(
+            [*common, f"-ldflags={_k8s_ldflags()}", "-o", str(tmp) + "/", *K8S_COMMANDS.values()],
+            GO_DIR / "k8s",
+            log,
+        )
+        _run(
+            [*common, f"-ldflags={_kueue_ldflags()}", "-o", str(tmp / "kueue"), *KUEUE_COMMANDS.values()],
+            GO_DIR / "kueue",
+            log,
+        )
+        missing = [b for b in BINARIES if not (tmp / b).is_file()]
+        if missing:
+            raise RuntimeError(f"build finished without {missing}")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        log(f"built test-cluster binaries in {time.monotonic() - t0:.0f}s")
+        return target
+
+
+def module_dir(module: str, gomod_dir: Path) -> Path:
+    """Directory of ``module`` in the Go module cache (downloading it if needed)."""
+    out = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", module],
+        cwd=gomod_dir,
+        env=_go_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not out:
+        subprocess.run(["go", "mod", "download", module], cwd=gomod_dir, env=_go_env(), check=True)
+        return module_dir(module, gomod_dir)
+    return Path(out)
+
+
+def kueue_source_dir() -> Path:
+    return module_dir("sigs.k8s.io/kueue", GO_DIR / "kueue")
