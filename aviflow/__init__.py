@@ -1,0 +1,66 @@
+"""Aviflow: notebook cells to multi-node accelerate jobs, queued and accounted.
+
+Submit and follow jobs::
+
+    import aviflow
+    job = aviflow.submit("train.yaml")          # a TrainJob YAML, dict or object
+    job.wait(); job.metrics(); job.latest_checkpoint(); job.usage().gpu_hours
+
+Inside the training script::
+
+    accelerator = Accelerator(log_with=aviflow.tracker())
+    start = (aviflow.resume(accelerator) or 0) + 1
+    aviflow.log({"loss": loss}, step=step); aviflow.save_checkpoint(accelerator, step)
+
+Importing aviflow is cheap: torch and accelerate are imported only by the functions that
+need them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "TrainJob": "aviflow.spec",
+    "JobState": "aviflow.status",
+    "Usage": "aviflow.status",
+    "Job": "aviflow.job",
+    "submit": "aviflow.api",
+    "get": "aviflow.api",
+    "jobs": "aviflow.api",
+    "log": "aviflow.tracking",
+    "tracker": "aviflow.tracking",
+    "save_checkpoint": "aviflow.tracking",
+    "resume": "aviflow.tracking",
+    "checkpoint_dir": "aviflow.tracking",
+    "AviflowError": "aviflow.errors",
+    "SpecError": "aviflow.errors",
+    "JobNotFound": "aviflow.errors",
+    "BackendError": "aviflow.errors",
+}
+
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+if TYPE_CHECKING:
+    from aviflow.api import get, jobs, submit
+    from aviflow.errors import AviflowError, BackendError, JobNotFound, SpecError
+    from aviflow.job import Job
+    from aviflow.spec import TrainJob
+    from aviflow.status import JobState, Usage
+    from aviflow.tracking import checkpoint_dir, log, resume, save_checkpoint, tracker
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aviflow' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

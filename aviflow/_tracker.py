@@ -1,0 +1,35 @@
+"""The accelerate tracker behind :func:`aviflow.tracker` (imports accelerate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelerate.tracking import GeneralTracker, on_main_process
+
+from aviflow import tracking
+
+
+class AviflowTracker(GeneralTracker):
+    """Writes ``accelerator.log(values, step)`` to the job's ``metrics.jsonl``."""
+
+    name = "aviflow"
+    requires_logging_directory = False
+    main_process_only = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._config: dict[str, Any] = {}
+
+    @property
+    def tracker(self) -> AviflowTracker:
+        return self
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self._config = dict(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        numeric = {k: v for k, v in values.items() if not isinstance(v, dict | list)}
+        if numeric:
+            tracking.log(numeric, step=step if step is not None else 0)

@@ -1,0 +1,44 @@
+"""Durations (``4h``, ``1h30m``) and Kubernetes resource quantities (``64Gi``, ``500m``)."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_PART = re.compile(r"(\d+)(d|h|m|s)")
+_DURATION = re.compile(r"^(\d+(d|h|m|s))+$")
+_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+_QUANTITY = re.compile(r"^(\d+(\.\d+)?)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
+_FACTOR = {
+    None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a duration such as ``90s``, ``30m``, ``4h``, ``1h30m`` or ``2d``."""
+    if not isinstance(text, str) or not _DURATION.match(text):
+        raise ValueError(f"{text!r} is not a duration; use e.g. '90s', '30m', '4h' or '1h30m'")
+    return sum(int(n) * _SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    parts = []
+    for unit in ("d", "h", "m", "s"):
+        n, seconds = divmod(seconds, _SECONDS[unit])
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts) or "0s"
+
+
+def parse_quantity(text: str | int | float) -> float:
+    """The value of a Kubernetes quantity (``2``, ``500m``, ``64Gi``) as a number."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a quantity")
+    if isinstance(text, int | float):
+        return float(text)
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a quantity; use e.g. '16', '500m', '64Gi'")
+    return float(match.group(1)) * _FACTOR[match.group(3)]

@@ -1,0 +1,253 @@
+"""The detached supervisor of one local job: queue, launch, watch, restart, stop.
+
+``python -m aviflow.backends._supervisor RUN_DIR --capacity N [--daemonize]``
+
+It holds ``supervisor.lock`` for its whole life (liveness for everyone else), waits for its
+turn in the FIFO queue, starts one ``python -m aviflow.runtime`` per node (each in its own
+session/process group), and treats the group as one: any node failing stops all nodes and
+either restarts the whole group from the latest checkpoint (``maxRestarts``) or fails the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from aviflow import _procs
+from aviflow.backends.local import CANCEL_REQUEST, SUPERVISOR_INFO, SUPERVISOR_LOCK
+from aviflow.spec import TrainJob
+from aviflow.status import RESTARTING, Event, JobState
+from aviflow.store import RunDir, RunStore, atomic_write, read_json
+
+POLL_SECONDS = 0.1
+QUEUE_POLL_SECONDS = 0.25
+_TORCHRUN_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Supervisor:
+    def __init__(self, run: RunDir, capacity: int) -> None:
+        self.run = run
+        self.job: TrainJob = run.spec()
+        self.capacity = capacity
+        self.stop_reason: tuple[JobState, str] | None = None
+        self._finished_cache: set[str] = set()
+
+    # -- signals ---------------------------------------------------------------------------------
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_cancel)
+        signal.signal(signal.SIGINT, self._on_cancel)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _on_cancel(self, _signum: int, _frame: object) -> None:
+        self.stop_reason = (JobState.CANCELLED, "cancelled")
+
+    def _check_cancel_file(self) -> None:
+        if self.stop_reason is None and (self.run.path / CANCEL_REQUEST).exists():
+            self.stop_reason = (JobState.CANCELLED, "cancelled")
+
+    # -- queue -----------------------------------------------------------------------------------
+    def _scan(self, store: RunStore) -> tuple[list[str], int]:
+        """(queued job ids in FIFO order, GPU slots held by active jobs)."""
+        queued, used = [], 0
+        for job_id in store.ids():
+            if job_id in self._finished_cache:
+                continue
+            other = RunDir(store.root / job_id)
+            state = JobState(other.status().get("state", JobState.QUEUED))
+            if state.is_finished():
+                self._finished_cache.add(job_id)
+                continue
+            if job_id != self.run.id and not _procs.is_locked(other.path / SUPERVISOR_LOCK):
+                continue  # its supervisor is gone; it holds nothing
+            if state == JobState.QUEUED:
+                queued.append(job_id)
+            else:
+                used += other.spec().spec.total_gpus
+        return queued, used
+
+    def wait_for_turn(self) -> bool:
+        store = RunStore(self.run.path.parent)
+        need = self.job.spec.total_gpus
+        position = None
+        while True:
+            self._check_cancel_file()
+            if self.stop_reason:
+                return False
+            with _procs.FileLock(store.root / ".queue.lock"):
+                queued, used = self._scan(store)
+                if queued and queued[0] == self.run.id and used + need <= self.capacity:
+                    self.run.record(Event(JobState.STARTING, attempt=1, message="starting"),
+                                    queuePosition=None)
+                    return True
+                pos = queued.index(self.run.id) + 1 if self.run.id in queued else None
+                if pos != position:
+                    position = pos
+                    status = self.run.status()
+                    status.update(queuePosition=pos, message=f"waiting for {need} GPU slots "
+                                  f"({used}/{self.capacity} in use, position {pos})")
+                    self.run.write_status(status)
+            time.sleep(QUEUE_POLL_SECONDS)
+
+    # -- one attempt -----------------------------------------------------------------------------
+    def _spawn_nodes(self, attempt: int) -> list[subprocess.Popen[bytes]]:
+        port = _free_port()
+        nodes = []
+        for rank in range(self.job.spec.nodes):
+            env = dict(os.environ)
+            env.update(
+                AVIFLOW_RUN_DIR=str(self.run.path),
+                AVIFLOW_NODE_RANK=str(rank),
+                AVIFLOW_NUM_NODES=str(self.job.spec.nodes),
+                AVIFLOW_MAIN_ADDR="127.0.0.1",
+                AVIFLOW_MAIN_PORT=str(port),
+                AVIFLOW_ATTEMPT=str(attempt),
+                AVIFLOW_JOB_ID=self.run.id,
+                **{_procs.TAG: self.run.id},
+            )
+            nodes.append(subprocess.Popen(
+                [sys.executable, "-m", "aviflow.runtime"], env=env, cwd=self.run.code_dir,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            ))
+        atomic_write(self.run.path / "processes.json",
+                     json.dumps({"attempt": attempt, "pgids": [p.pid for p in nodes]}))
+        return nodes
+
+    def _nodes_up(self, attempt: int) -> bool:
+        for rank in range(self.job.spec.nodes):
+            beat = read_json(self.run.heartbeats_dir / f"node-{rank}.json", {})
+            if beat.get("attempt") != attempt:
+                return False
+        return True
+
+    def _failure(self, attempt: int, codes: dict[int, int | None]) -> dict[str, object]:
+        """Who failed first, and why: a rank's failure record, else the launcher's report."""
+        records = self.run.failures(attempt)
+        if records:
+            first = records[0]
+            return {"rank": first["rank"], "node": first["node"], "exception": first["exception"],
+                    "message": first["message"], "traceback": first["traceback"]}
+        failed = [n for n, c in codes.items() if c not in (None, 0)]
+        node = failed[0] if failed else None
+        info: dict[str, object] = {"node": node, "exit_code": codes.get(node) if node is not None else None}
+        if node is not None:
+            text = self.run.node_log(node).read_text(errors="replace")[-20000:]
+            ranks = _TORCHRUN_RANK.findall(text)
+            if ranks:
+                info["rank"] = int(ranks[0])
+                rank_log = self.run.rank_log(int(ranks[0]))
+                if rank_log.exists():
+                    info["log_tail"] = rank_log.read_text(errors="replace")[-4000:]
+            info.setdefault("log_tail", text[-4000:])
+        return info
+
+    def run_attempt(self, attempt: int, deadline: float | None) -> tuple[JobState | None, str, dict[str, object]]:
+        """Run every node once. Returns (final state or None to restart, message, failure info)."""
+        nodes = self._spawn_nodes(attempt)
+        running = False
+        while True:
+            self._check_cancel_file()
+            codes = {i: p.poll() for i, p in enumerate(nodes)}
+            if not running and self._nodes_up(attempt):
+                running = True
+                self.run.record(Event(JobState.RUNNING, attempt=attempt, message="running"))
+            if all(c == 0 for c in codes.values()):
+                return JobState.SUCCEEDED, "all ranks finished", {}
+            failed = [n for n, c in codes.items() if c not in (None, 0)]
+            if deadline is not None and time.time() > deadline and self.stop_reason is None:
+                self.stop_reason = (JobState.FAILED, f"timeLimit {self.job.spec.time_limit} exceeded")
+            if failed or self.stop_reason:
+                time.sleep(0.3)  # let the failing rank finish writing its record
+                codes = {i: p.poll() for i, p in enumerate(nodes)}
+                left = _procs.stop_job(self.run.id, [p.pid for p in nodes])
+                for p in nodes:
+                    p.wait()
+                if left:
+                    print(f"aviflow supervisor: processes {left} survived SIGKILL", flush=True)
+                if self.stop_reason:
+                    state, message = self.stop_reason
+                    return state, message, {}
+                info = self._failure(attempt, codes)
+                where = f"rank {info['rank']}" if info.get("rank") is not None else f"node {info.get('node')}"
+                return None, f"{where} failed", info
+            time.sleep(POLL_SECONDS)
+
+    # -- whole job -------------------------------------------------------------------------------
+    def run_job(self) -> None:
+        if not self.wait_for_turn():
+            state, message = self.stop_reason or (JobState.CANCELLED, "cancelled")
+            self.run.record(Event(state, attempt=0, message=message), queuePosition=None)
+            return
+        limit = self.job.spec.time_limit_seconds
+        deadline = time.time() + limit if limit else None
+        attempt = 1
+        while True:
+            state, message, failure = self.run_attempt(attempt, deadline)
+            if state is not None:
+                self.run.record(Event(state, attempt=attempt, message=message))
+                return
+            if attempt > self.job.spec.max_restarts:
+                self.run.record(Event(JobState.FAILED, attempt=attempt, message=message, data=failure),
+                                failure=failure)
+                return
+            self.run.record(Event(RESTARTING, attempt=attempt, message=message, data=failure))
+            attempt += 1
+            self.run.record(Event(JobState.STARTING, attempt=attempt,
+                                  message=f"restart {attempt - 1} of {self.job.spec.max_restarts}"))
+
+
+def _daemonize() -> None:
+    """Detach: the submitter's child exits at once, the grandchild carries on."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aviflow.backends._supervisor")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--capacity", type=int, required=True)
+    parser.add_argument("--daemonize", action="store_true")
+    ns = parser.parse_args(argv)
+    if ns.daemonize:
+        _daemonize()
+    run = RunDir(ns.run_dir)
+    lock = _procs.FileLock(run.path / SUPERVISOR_LOCK)
+    if not lock.acquire(blocking=False):
+        print("aviflow supervisor: another supervisor holds this job", flush=True)
+        return 1
+    sup = Supervisor(run, ns.capacity)
+    sup.install_signals()
+    atomic_write(run.path / SUPERVISOR_INFO, json.dumps({"pid": os.getpid(), "started": time.time()}))
+    try:
+        sup.run_job()
+    except BaseException as exc:
+        import traceback
+
+        traceback.print_exc()
+        _procs.stop_job(run.id, read_json(run.path / "processes.json", {}).get("pgids", []))
+        if not JobState(run.status().get("state", JobState.QUEUED)).is_finished():
+            run.record(Event(JobState.FAILED, attempt=run.status().get("attempt", 0),
+                             message=f"supervisor error: {exc!r}"))
+        return 1
+    finally:
+        lock.release()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

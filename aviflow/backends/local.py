@@ -1,0 +1,146 @@
+"""``LocalBackend``: every node of a job is a process group on this machine.
+
+Jobs are started detached (a supervisor process per job, see :mod:`._supervisor`), so they
+outlive the kernel or CLI that submitted them. A FIFO queue with ``capacity`` GPU slots
+(``nodes x gpusPerNode`` per job) decides when a queued job starts.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aviflow import _procs
+from aviflow.backends.base import Backend
+from aviflow.bundle import CodeBundle
+from aviflow.errors import BackendError
+from aviflow.spec import TrainJob
+from aviflow.status import Event, JobState
+from aviflow.store import RunDir, RunStore, read_json
+
+DEFAULT_CAPACITY = 8
+SUPERVISOR_LOCK = "supervisor.lock"
+SUPERVISOR_INFO = "supervisor.json"
+CANCEL_REQUEST = "cancel-requested"
+
+
+def default_capacity() -> int:
+    return int(os.environ.get("AVIFLOW_LOCAL_CAPACITY", DEFAULT_CAPACITY))
+
+
+class LocalBackend(Backend):
+    """Run jobs as local process groups; ``capacity`` is the number of GPU slots (processes)."""
+
+    name = "local"
+
+    def __init__(self, root: str | Path | None = None, capacity: int | None = None) -> None:
+        self.store = RunStore(root)
+        self.capacity = capacity if capacity is not None else default_capacity()
+        if self.capacity < 1:
+            raise BackendError(f"capacity must be at least 1 GPU slot, got {self.capacity}")
+
+    def __repr__(self) -> str:
+        return f"LocalBackend(root={str(self.store.root)!r}, capacity={self.capacity})"
+
+    # -- the interface ---------------------------------------------------------------------------
+    def submit(self, job: TrainJob, bundle: CodeBundle) -> str:
+        need = job.spec.total_gpus
+        if need > self.capacity:
+            raise BackendError(
+                f"{job.metadata.name!r} needs {need} GPU slots ({job.spec.nodes} nodes x "
+                f"{job.spec.gpus_per_node}) but this local backend has {self.capacity}; "
+                f"lower spec.nodes/gpusPerNode or raise AVIFLOW_LOCAL_CAPACITY"
+            )
+        meta = {"user": getpass.getuser(), "backend": self.name, "capacity": self.capacity,
+                "code_hash": bundle.content_hash, "origin": bundle.origin}
+        run = self.store.create(job, bundle.store_files(), meta)
+        run.record(Event(JobState.QUEUED, attempt=0, message="waiting for GPU slots"))
+        try:
+            self._start_supervisor(run)
+        except BaseException:
+            run.record(Event(JobState.FAILED, attempt=0, message="the job supervisor did not start; see supervisor.log"))
+            raise
+        return run.id
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        run = self.store.get(job_id)
+        status = run.status()
+        state = JobState(status.get("state", JobState.QUEUED))
+        if not state.is_finished() and not self._supervisor_alive(run):
+            status = run.status()  # it may have finished between the two reads
+            if not JobState(status.get("state", JobState.QUEUED)).is_finished():
+                self._reap_orphan(run)
+                status = run.status()
+        return status
+
+    def cancel(self, job_id: str) -> bool:
+        run = self.store.get(job_id)
+        if JobState(self.status(job_id)["state"]).is_finished():
+            return False
+        (run.path / CANCEL_REQUEST).touch()
+        info = read_json(run.path / SUPERVISOR_INFO, {})
+        if info.get("pid") and self._supervisor_alive(run):
+            try:
+                os.kill(info["pid"], 15)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self._supervisor_alive(run):
+            time.sleep(0.1)
+        if not JobState(run.status().get("state")).is_finished():
+            self._reap_orphan(run, state=JobState.CANCELLED, message="cancelled")
+        left = _procs.tagged(run.id)
+        if left:
+            raise BackendError(f"cancel of {run.id}: processes {[p.pid for p in left]} survived SIGKILL")
+        return True
+
+    def list_ids(self) -> list[str]:
+        return self.store.ids()
+
+    def run_dir(self, job_id: str) -> RunDir:
+        return self.store.get(job_id)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _start_supervisor(self, run: RunDir) -> None:
+        log = open(run.path / "supervisor.log", "ab")  # noqa: SIM115
+        try:
+            intermediate = subprocess.Popen(
+                [sys.executable, "-m", "aviflow.backends._supervisor", str(run.path),
+                 "--capacity", str(self.capacity), "--daemonize"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        if intermediate.wait(timeout=30) != 0:
+            raise BackendError(f"job supervisor failed to start; see {run.path / 'supervisor.log'}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (run.path / SUPERVISOR_INFO).exists():
+                return
+            time.sleep(0.02)
+        raise BackendError(f"job supervisor did not report in 30s; see {run.path / 'supervisor.log'}")
+
+    @staticmethod
+    def _supervisor_alive(run: RunDir) -> bool:
+        return _procs.is_locked(run.path / SUPERVISOR_LOCK)
+
+    def _reap_orphan(self, run: RunDir, state: JobState = JobState.FAILED,
+                     message: str = "the job supervisor exited unexpectedly; see supervisor.log") -> None:
+        """The supervisor is gone but the job is not finished: stop what is left, record it."""
+        lock = _procs.FileLock(run.path / SUPERVISOR_LOCK)
+        if not lock.acquire(blocking=False):
+            return  # a supervisor (or another reaper) is alive after all
+        try:
+            if JobState(run.status().get("state", JobState.QUEUED)).is_finished():
+                return
+            pgids = read_json(run.path / "processes.json", {}).get("pgids", [])
+            _procs.stop_job(run.id, pgids)
+            run.record(Event(state, attempt=run.status().get("attempt", 0), message=message))
+        finally:
+            lock.release()

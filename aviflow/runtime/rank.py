@@ -1,0 +1,107 @@
+"""The rank wrapper: ``python -m aviflow.runtime.rank --run-dir D (--script F | --exec -- ARGV)``.
+
+It sends this rank's stdout and stderr to ``logs/rank-<RANK>.log``. A Python script runs in
+this process (as ``python F`` would run it) so that an exception is recorded, with its
+traceback, in ``failures/attempt-<A>-rank-<R>.json`` before the rank exits non-zero.
+A command is exec'd in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from aviflow.store import RunDir, atomic_write
+
+
+def _redirect(path: Path, header: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, header.encode())
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _record_failure(run: RunDir, rank: int, attempt: int, exc: BaseException, tb: str) -> None:
+    record = {
+        "rank": rank,
+        "node": int(os.environ.get("AVIFLOW_NODE_RANK", "0")),
+        "attempt": attempt,
+        "time": time.time(),
+        "pid": os.getpid(),
+        "exception": type(exc).__name__,
+        "message": str(exc),
+        "traceback": tb,
+    }
+    try:
+        atomic_write(run.failure_path(attempt, rank), json.dumps(record, indent=2))
+    except OSError:
+        pass
+
+
+def _load_globals(run: RunDir) -> dict[str, object]:
+    """Notebook variables shipped with the job (``code/vars.pkl``), if any."""
+    path = run.code_dir / "vars.pkl"
+    if not path.is_file():
+        return {}
+    import cloudpickle  # only jobs that ship variables need it
+
+    with open(path, "rb") as f:
+        return dict(cloudpickle.load(f))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aviflow.runtime.rank")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--script", type=Path)
+    what.add_argument("--exec", action="store_true")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    ns = parser.parse_args(argv)
+    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+
+    run = RunDir(ns.run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    attempt = int(os.environ.get("AVIFLOW_ATTEMPT", "1"))
+    _redirect(run.rank_log(rank), f"=== attempt {attempt} rank {rank} pid {os.getpid()} ===\n")
+
+    if ns.exec:
+        if not args:
+            parser.error("--exec needs a command")
+        try:
+            os.execvp(args[0], args)
+        except OSError as exc:
+            _record_failure(run, rank, attempt, exc, f"cannot run {args[0]!r}: {exc.strerror}\n")
+            print(f"aviflow: cannot run {args[0]!r}: {exc.strerror}", file=sys.stderr)
+            return 127
+
+    script = str(ns.script)
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).parent))
+    try:
+        init = _load_globals(run)
+        runpy.run_path(script, init_globals=init, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _record_failure(run, rank, attempt, exc, f"SystemExit({exc.code!r})\n")
+        raise
+    except BaseException as exc:
+        tb = traceback.format_exc()
+        _record_failure(run, rank, attempt, exc, tb)
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

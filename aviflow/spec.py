@@ -1,0 +1,341 @@
+"""The ``TrainJob`` spec: one declarative description of a distributed training run.
+
+Shaped like a Kubernetes object and strict: an unknown key is an error that names the key
+and suggests the closest valid one, and wrong types are never coerced.
+
+>>> job = TrainJob.from_dict({
+...     "apiVersion": "aviflow.dev/v1", "kind": "TrainJob",
+...     "metadata": {"name": "tiny"},
+...     "spec": {"nodes": 2, "gpusPerNode": 2, "scriptFile": "train.py"},
+... })
+>>> job.spec.total_gpus
+4
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from aviflow._units import parse_duration, parse_quantity
+from aviflow.errors import SpecError
+from aviflow.names import LABEL_KEY_NAME, LABEL_VALUE, slugify
+
+API_VERSION = "aviflow.dev/v1"
+KIND = "TrainJob"
+GPUS_PER_HGX_NODE = 8
+MAX_NODES = 512
+MAX_SCRIPT_BYTES = 1 << 20
+MAX_TIME_LIMIT = 30 * 86400
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the runtime sets itself; a spec may not override them.
+RESERVED_ENV = frozenset(
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+     "NODE_RANK", "GROUP_RANK", "JOB_COMPLETION_INDEX"}
+)
+_NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+_MEMORY_MAX = 64 * 2**40
+_CPU_MAX = 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
+
+
+class Metadata(_Strict):
+    name: str = Field(description="Human name of the run; any text without slashes or control characters.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or not v.strip():
+            raise ValueError("must not be empty")
+        if len(v) > 128:
+            raise ValueError(f"is {len(v)} characters long; at most 128 are allowed")
+        if _NAME_FORBIDDEN.search(v) or v.strip() in {".", ".."}:
+            raise ValueError(f"{v!r} contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'")
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > 64:
+            raise ValueError("at most 64 labels are allowed")
+        for key, value in v.items():
+            name = key.rsplit("/", 1)[-1]
+            if len(name) > 63 or not LABEL_KEY_NAME.match(name) or len(key) > 253:
+                raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+            if len(value) > 63 or not LABEL_VALUE.match(value):
+                raise ValueError(f"label {key}={value!r}: values are at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric")
+        return v
+
+
+class AccelerateSpec(_Strict):
+    mixed_precision: Literal["no", "fp16", "bf16", "fp8"] = Field("no", alias="mixedPrecision")
+    config_file: str | None = Field(
+        None, alias="configFile",
+        description="An `accelerate config` YAML (FSDP, DeepSpeed, ...); passed to `accelerate launch --config_file`.",
+    )
+
+
+class CheckpointSpec(_Strict):
+    keep_last: int = Field(3, alias="keepLast", ge=1, le=1000)
+
+
+class TrainJobSpec(_Strict):
+    queue: str = "default"
+    nodes: int = 1
+    gpus_per_node: int = Field(1, alias="gpusPerNode")
+    cpu_per_node: int | str | None = Field(None, alias="cpuPerNode")
+    memory_per_node: str | None = Field(None, alias="memoryPerNode")
+    image: str | None = None
+    script: str | None = None
+    script_file: str | None = Field(None, alias="scriptFile")
+    command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    accelerate: AccelerateSpec = Field(default_factory=AccelerateSpec)
+    checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    max_restarts: int = Field(0, alias="maxRestarts", ge=0, le=100)
+    time_limit: str | None = Field(None, alias="timeLimit")
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: int) -> int:
+        if not 1 <= v <= MAX_NODES:
+            raise ValueError(f"must be between 1 and {MAX_NODES}, got {v}")
+        return v
+
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _gpus(cls, v: int) -> int:
+        if not 1 <= v <= GPUS_PER_HGX_NODE:
+            raise ValueError(f"must be between 1 and {GPUS_PER_HGX_NODE} (an HGX node has {GPUS_PER_HGX_NODE} GPUs), got {v}; use more nodes for more GPUs")
+        return v
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, v: str) -> str:
+        if len(v) > 63 or not _QUEUE.match(v):
+            raise ValueError(f"{v!r} is not a queue name; use lowercase letters, digits and '-' (at most 63)")
+        return v
+
+    @field_validator("cpu_per_node")
+    @classmethod
+    def _cpu(cls, v: int | str | None) -> int | str | None:
+        if v is None:
+            return v
+        try:
+            cores = parse_quantity(v)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        if not 0 < cores <= _CPU_MAX:
+            raise ValueError(f"{v!r} is out of range; give 1m to {_CPU_MAX} cores")
+        return v
+
+    @field_validator("memory_per_node")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            size = parse_quantity(v)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        if not 0 < size <= _MEMORY_MAX:
+            raise ValueError(f"{v!r} is out of range; give up to 64Ti, e.g. '512Gi'")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not _IMAGE.match(v):
+            raise ValueError(f"{v!r} is not an image reference, e.g. 'registry.example.com/trainer:1.0'")
+        return v
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, v: str | None) -> str | None:
+        if v is not None:
+            if not v.strip():
+                raise ValueError("is empty")
+            if len(v.encode()) > MAX_SCRIPT_BYTES:
+                raise ValueError(f"is larger than {MAX_SCRIPT_BYTES} bytes; put the code in scriptFile")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            if not v or not v[0].strip():
+                raise ValueError("must be a non-empty argv list, e.g. ['python', 'train.py', '--lr', '3e-4']")
+            if len(v) > 4096 or any("\x00" in a for a in v):
+                raise ValueError("has more than 4096 arguments or a NUL byte")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > 256:
+            raise ValueError("at most 256 variables are allowed")
+        for key, value in v.items():
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            if key in RESERVED_ENV or key.startswith("AVIFLOW_"):
+                raise ValueError(f"{key} is set by the Aviflow runtime and cannot be overridden")
+            if "\x00" in value or len(value) > 32768:
+                raise ValueError(f"{key}: value has a NUL byte or is longer than 32768 characters")
+        return v
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, v: str | None) -> str | None:
+        if v is not None:
+            seconds = parse_duration(v)
+            if not 0 < seconds <= MAX_TIME_LIMIT:
+                raise ValueError(f"{v!r} is out of range; give 1s to 30d")
+        return v
+
+    @model_validator(mode="after")
+    def _one_entrypoint(self) -> TrainJobSpec:
+        given = [k for k, a in (("script", self.script), ("scriptFile", self.script_file), ("command", self.command)) if a is not None]
+        if len(given) != 1:
+            what = "none" if not given else " and ".join(given)
+            raise ValueError(f"give exactly one of script, scriptFile or command (got {what})")
+        for key, path in (("scriptFile", self.script_file), ("accelerate.configFile", self.accelerate.config_file)):
+            if path is not None:
+                check_relative_path(key, path)
+        return self
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def time_limit_seconds(self) -> int | None:
+        return None if self.time_limit is None else parse_duration(self.time_limit)
+
+
+def check_relative_path(key: str, path: str) -> None:
+    """Refuse empty paths and relative paths that climb out of the spec's directory."""
+    if not path or "\x00" in path:
+        raise ValueError(f"{key}: path is empty or has a NUL byte")
+    p = Path(path)
+    if not p.is_absolute() and ".." in p.parts:
+        raise ValueError(f"{key}: {path!r} climbs out of the spec's directory with '..'; give a path inside it or an absolute path")
+
+
+class TrainJob(_Strict):
+    api_version: Literal["aviflow.dev/v1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["TrainJob"] = KIND
+    metadata: Metadata
+    spec: TrainJobSpec
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any) -> TrainJob:
+        if not isinstance(data, dict):
+            raise SpecError(f"a TrainJob must be a mapping, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(_explain(exc)) from None
+
+    @classmethod
+    def from_yaml(cls, text: str) -> TrainJob:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"not valid YAML: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainJob:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrainJob:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+        return cls.from_json(text) if path.suffix == ".json" else cls.from_yaml(text)
+
+    # -- serialisation --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def with_changes(self, **spec_changes: Any) -> TrainJob:
+        """A copy with some ``spec`` keys (camelCase) replaced, validated again."""
+        data = self.to_dict()
+        data["spec"].update(spec_changes)
+        return TrainJob.from_dict(data)
+
+    @property
+    def slug(self) -> str:
+        """DNS-1123 label for the run name (see :func:`aviflow.names.slugify`)."""
+        return slugify(self.metadata.name, max_len=40)
+
+
+# -- error messages -----------------------------------------------------------------------------
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = TrainJob
+    for part in loc:
+        if model is None:
+            return None
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return None
+        ann = field.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return model
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _explain(exc: ValidationError) -> list[str]:
+    problems: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            valid = _keys(parent) if parent else []
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+            hint = f"; did you mean '{close[0]}'?" if close else (f"; valid keys: {', '.join(valid)}" if valid else "")
+            problems.append(f"{where}: unknown key{hint}")
+        elif err["type"] == "missing":
+            problems.append(f"{where}: required key is missing")
+        elif err["type"] == "literal_error" and loc in {("apiVersion",), ("kind",)}:
+            problems.append(f"{where}: must be {API_VERSION if loc == ('apiVersion',) else KIND!r}, got {err['input']!r}")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = err.get("input")
+            plain = err["type"] == "value_error" or isinstance(got, dict | list) or got is None
+            shown = "" if plain else f" (got {got!r})"
+            if err["type"].endswith("_type"):
+                shown = f" (got {type(got).__name__} {got!r})"
+            problems.append(f"{where}: {msg}{shown}")
+    return problems
