@@ -1,0 +1,523 @@
+"""Start and stop a loopback Kubernetes control plane with Kueue and fake nodes.
+
+Components, all local processes on 127.0.0.1 with free ports and generated
+certificates: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+Kueue (webhooks served on loopback), and the node agent (``_agent.py``) that
+registers the fake nodes and runs their pods as local processes.
+
+>>> cluster = Cluster.start(Path("/tmp/c1"))        # doctest: +SKIP
+>>> cluster.kubectl("get", "nodes")                  # doctest: +SKIP
+>>> cluster.stop()                                   # doctest: +SKIP
+
+``Cluster.start`` writes ``<workdir>/state.json`` so another process can stop it
+(``Cluster.load(workdir).stop()``; that is what ``make cluster-down`` does).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import _build, _certs, _kueue, _nodes, _procs
+
+K8S_CONTROLLERS = (
+    "job-controller",
+    "cronjob-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+    "ttl-after-finished-controller",
+    "pod-garbage-collector-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+)
+
+DEFAULT_KUEUE_FRAMEWORKS = ("batch/job",)
+
+# Order matters: stop() goes through it backwards.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
+              "node-agent")
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _claim_ip_block(root: Path, cluster_id: str) -> int:
+    """Second octet of a 127.<b>.0.0/16 block for pod IPs, unique among live clusters."""
+    claims = root / "ip-blocks"
+    claims.mkdir(parents=True, exist_ok=True)
+    import random
+
+    candidates = list(range(10, 250))
+    random.shuffle(candidates)
+    for b in candidates:
+        claim = claims / str(b)
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = json.loads(claim.read_text())
+            except (OSError, ValueError):
+                continue
+            if _procs.alive(owner.get("pid", 0)) and owner.get("id") != cluster_id:
+                continue
+            claim.unlink(missing_ok=True)
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                continue
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "id": cluster_id}, f)
+        return b
+    raise ClusterError("no free 127.x.0.0/16 block for pod IPs")
+
+
+_CLAIMS_ROOT = Path("/tmp/aviflow-testcluster")
+
+
+def _kubeconfig(server: str, ca: bytes, crt: bytes, key: bytes, user: str = "admin") -> dict:
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "aviflow-test", "cluster": {
+            "server": server, "certificate-authority-data": b64(ca)}}],
+        "users": [{"name": user, "user": {
+            "client-certificate-data": b64(crt), "client-key-data": b64(key)}}],
+        "contexts": [{"name": "aviflow-test", "context": {"cluster": "aviflow-test", "user": user}}],
+        "current-context": "aviflow-test",
+    }
+
+
+@dataclass
+class Cluster:
+    """A running (or stopped) test cluster. Build with :meth:`start` or :meth:`load`."""
+
+    workdir: Path
+    id: str
+    bin_dir: Path
+    ports: dict[str, int]
+    pids: dict[str, int] = field(default_factory=dict)
+    ip_block: int = 0
+    nodes: list[dict] = field(default_factory=list)
+    _popen: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+
+    # ----------------------------------------------------------------- paths
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def pods_dir(self) -> Path:
+        """Where the node agent keeps each pod's sandbox (logs, volumes, hosts file)."""
+        return self.workdir / "agent" / "pods"
+
+    @property
+    def kubectl_path(self) -> Path:
+        return self.bin_dir / "kubectl"
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env[_procs.MARKER] = self.id
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        return env
+
+    # ------------------------------------------------------------- helpers
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the cluster's kubectl with this kubeconfig; returns the completed process."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        proc = subprocess.run(
+            [str(self.kubectl_path), *args], input=input, capture_output=True, text=True,
+            env=env, timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
+                               f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def api_client(self):
+        """A new ``kubernetes.client.ApiClient`` for this cluster (admin credentials)."""
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
+        return client.ApiClient(cfg)
+
+    def read_logs(self, namespace: str, pod: str, container: str | None = None) -> str:
+        """A pod container's log (same bytes ``kubectl logs`` serves), from the agent's files."""
+        from ._agent import container_log_path
+
+        return container_log_path(self.pods_dir, namespace, pod, container).read_text(
+            errors="replace")
+
+    def create_namespace(self, name: str | None = None, *, labels: dict | None = None,
+                         timeout: float = 30) -> str:
+        """Create a namespace (unique name by default) and wait for its default ServiceAccount.
+
+        Pods are admitted only once the ServiceAccount exists (ServiceAccount admission).
+        """
+        from kubernetes import client
+
+        name = name or f"t-{uuid.uuid4().hex[:10]}"
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+            _wait(lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+                  timeout, f"default ServiceAccount in {name}")
+        return name
+
+    def processes(self) -> list[int]:
+        """Pids of live processes that belong to this cluster (components and pods)."""
+        return _procs.marked_pids(self.id, prefix=True)
+
+    # ------------------------------------------------------------ lifecycle
+    @classmethod
+    def start(
+        cls,
+        workdir: Path,
+        *,
+        hgx_nodes: int = 4,
+        cpu_nodes: int = 2,
+        kueue_frameworks: Iterable[str] = DEFAULT_KUEUE_FRAMEWORKS,
+        die_with_parent: bool = False,
+        timeout: float = 180,
+        log: Callable[[str], None] | None = None,
+    ) -> Cluster:
+        """Build if needed, then start everything and wait until it is usable.
+
+        ``die_with_parent`` makes the top processes receive SIGKILL if the calling
+        process dies (pytest); ``make cluster-up`` leaves it off so they outlive it.
+        """
+        log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+        bin_dir = _build.build(log=log)
+        workdir = Path(workdir).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        cid = uuid.uuid4().hex
+        ports = {name: free_port() for name in (
+            "etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kueue-webhook",
+            "kueue-health", "kubelet")}
+        self = cls(workdir=workdir, id=cid, bin_dir=bin_dir, ports=ports)
+        self.ip_block = _claim_ip_block(_CLAIMS_ROOT, cid)
+        self.nodes = [n.to_json() for n in _nodes.default_nodes(hgx_nodes, cpu_nodes)]
+        self._die_with_parent = die_with_parent
+        try:
+            self._start(list(kueue_frameworks), timeout, log)
+        except BaseException:
+            self._dump_logs_tail(log)
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        p = _procs.spawn(argv, env=env or self._env(), log=self.logs_dir / f"{name}.log",
+                         cwd=self.workdir, die_with_parent=self._die_with_parent)
+        self._popen[name] = p
+        self.pids[name] = p.pid
+        self._save()
+
+    def _check_running(self, name: str) -> None:
+        p = self._popen.get(name)
+        if p is not None and p.poll() is not None:
+            raise ClusterError(f"{name} exited with {p.returncode}; see {self.logs_dir / name}.log")
+
+    def _start(self, frameworks: list[str], timeout: float, log) -> None:
+        t0 = time.monotonic()
+        d, pki, b = self.workdir, self.workdir / "pki", self.bin_dir
+        _certs.generate(pki)
+        ca = (pki / "ca.crt").read_bytes()
+        kc = _kubeconfig(self.server, ca, (pki / "admin.crt").read_bytes(),
+                         (pki / "admin.key").read_bytes())
+        self.kubeconfig.write_text(yaml.safe_dump(kc))
+        self.kubeconfig.chmod(0o600)
+        self._save()
+
+        p = self.ports
+        etcd_url = f"http://127.0.0.1:{p['etcd']}"
+        peer_url = f"http://127.0.0.1:{p['etcd-peer']}"
+        self._spawn("etcd", [
+            str(b / "etcd"), "--name=node0", f"--data-dir={d / 'etcd'}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=node0={peer_url}", "--unsafe-no-fsync",
+            "--auto-compaction-retention=1", "--log-level=warn",
+        ])
+        self._wait_http("etcd", f"{etcd_url}/health", timeout)
+
+        self._spawn("kube-apiserver", [
+            str(b / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}", "--etcd-prefix=/registry",
+            "--bind-address=127.0.0.1", f"--secure-port={p['apiserver']}",
+            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            # Nothing removes the not-ready taint this plugin adds (no node-lifecycle
+            # controller); the agent reports Ready nodes instead.
+            "--disable-admission-plugins=TaintNodesByCondition",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--profiling=false", f"--cert-dir={d / 'apiserver-certs'}",
+        ])
+        self._wait_https("kube-apiserver", f"{self.server}/readyz", timeout, ca=pki / "ca.crt")
+
+        common_auth = [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--bind-address=127.0.0.1",
+        ]
+        self._spawn("kube-controller-manager", [
+            str(b / "kube-controller-manager"), *common_auth,
+            f"--secure-port={p['kcm']}", "--leader-elect=false",
+            f"--cert-dir={d / 'kcm-certs'}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--use-service-account-credentials=false",
+            "--controllers=" + ",".join(K8S_CONTROLLERS),
+        ])
+        sched_cfg = d / "scheduler.yaml"
+        sched_cfg.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+        }))
+        self._spawn("kube-scheduler", [
+            str(b / "kube-scheduler"), *common_auth[1:], f"--config={sched_cfg}",
+            f"--secure-port={p['scheduler']}", f"--cert-dir={d / 'scheduler-certs'}",
+        ])
+
+        self._install_kueue(frameworks)
+        self._spawn("node-agent", [
+            sys.executable, "-m", "aviflow_testcluster._agent",
+            f"--kubeconfig={self.kubeconfig}", f"--state-dir={d / 'agent'}",
+            f"--cluster-id={self.id}", f"--ip-block={self.ip_block}",
+            f"--kubelet-port={p['kubelet']}", f"--tls-cert={pki / 'kubelet.crt'}",
+            f"--tls-key={pki / 'kubelet.key'}", f"--nodes={d / 'nodes.json'}",
+            f"--kubernetes-port={p['apiserver']}",
+        ], env={**self._env(), "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])})
+
+        # The agent outlives this launcher under `make cluster-up`; it owns the IP block.
+        (_CLAIMS_ROOT / "ip-blocks" / str(self.ip_block)).write_text(
+            json.dumps({"pid": self.pids["node-agent"], "id": self.id}))
+
+        self._wait_https("kube-controller-manager", f"https://127.0.0.1:{p['kcm']}/healthz",
+                         timeout, ca=None)
+        self._wait_https("kube-scheduler", f"https://127.0.0.1:{p['scheduler']}/healthz",
+                         timeout, ca=None)
+        self._wait_http("kueue", f"http://127.0.0.1:{p['kueue-health']}/readyz", timeout)
+        self._wait_ready(timeout)
+        log(f"test cluster {self.id[:8]} up in {time.monotonic() - t0:.1f}s "
+            f"(KUBECONFIG={self.kubeconfig})")
+
+    def _install_kueue(self, frameworks: list[str]) -> None:
+        from kubernetes import client
+
+        d, pki = self.workdir, self.workdir / "pki"
+        src = _build.kueue_source_dir()
+        ca = (pki / "ca.crt").read_bytes()
+        port = self.ports["kueue-webhook"]
+        (d / "nodes.json").write_text(json.dumps(self.nodes))
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            ext = client.ApiextensionsV1Api(api)
+            adm = client.AdmissionregistrationV1Api(api)
+            core.create_namespace({"metadata": {"name": _kueue.NAMESPACE}})
+            for crd in _kueue.crds(src, port, ca):
+                ext.create_custom_resource_definition(crd)
+            for cfg in _kueue.webhook_configurations(src, port, ca):
+                if cfg["kind"] == "MutatingWebhookConfiguration":
+                    adm.create_mutating_webhook_configuration(cfg)
+                else:
+                    adm.create_validating_webhook_configuration(cfg)
+        cfg_path = d / "kueue.yaml"
+        cfg_path.write_text(yaml.safe_dump(_kueue.configuration(
+            webhook_port=port, health_port=self.ports["kueue-health"],
+            cert_dir=pki / "webhook", frameworks=frameworks)))
+        # Kueue (internal cert management off) loads its metrics certificate from the
+        # fixed path /etc/kueue/metrics/certs; give it ours in a private mount namespace.
+        metrics_certs = Path("/etc/kueue/metrics/certs")
+        metrics_certs.mkdir(parents=True, exist_ok=True)
+        self._spawn("kueue", [
+            "unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", 'mount --bind "$0" /etc/kueue/metrics/certs && exec "$@"',
+            str(pki / "webhook"), str(self.bin_dir / "kueue"), f"--config={cfg_path}",
+            "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=info",
+        ])
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Nodes Ready, default SA present, Kueue's webhooks answering a dry-run."""
+        from kubernetes import client
+
+        deadline = time.monotonic() + timeout
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            co = client.CustomObjectsApi(api)
+
+            def nodes_ready() -> bool:
+                self._check_all()
+                ready = [n for n in core.list_node().items
+                         if any(c.type == "Ready" and c.status == "True"
+                                for c in (n.status.conditions or []))]
+                return len(ready) == len(self.nodes)
+
+            _wait(nodes_ready, deadline - time.monotonic(), "fake nodes Ready")
+            _wait(lambda: _exists(lambda: core.read_namespaced_service_account(
+                "default", "default")), deadline - time.monotonic(), "default ServiceAccount")
+
+            def webhook_ok() -> bool:
+                self._check_all()
+                try:
+                    co.create_cluster_custom_object(
+                        "kueue.x-k8s.io", "v1beta2", "clusterqueues",
+                        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                         "metadata": {"name": "readiness-probe"}, "spec": {}},
+                        dry_run="All")
+                    return True
+                except client.ApiException:
+                    return False
+
+            _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
+
+    def _check_all(self) -> None:
+        for name in self._popen:
+            self._check_running(name)
+
+    def _wait_http(self, name: str, url: str, timeout: float, ctx=None) -> None:
+        def ok() -> bool:
+            self._check_running(name)
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                    return r.status == 200
+            except (urllib.error.URLError, OSError):
+                return False
+
+        _wait(ok, timeout, f"{name} at {url}")
+
+    def _wait_https(self, name: str, url: str, timeout: float, ca: Path | None) -> None:
+        if ca is None:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        else:
+            ctx = ssl.create_default_context(cafile=str(ca))
+        self._wait_http(name, url, timeout, ctx)
+
+    def _dump_logs_tail(self, log) -> None:
+        for name in COMPONENTS:
+            f = self.logs_dir / f"{name}.log"
+            if f.exists():
+                tail = f.read_text(errors="replace").splitlines()[-15:]
+                log(f"--- {name} (last lines of {f})\n" + "\n".join(tail))
+
+    # ----------------------------------------------------------- state file
+    def _save(self) -> None:
+        state = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        state["workdir"] = str(self.workdir)
+        state["bin_dir"] = str(self.bin_dir)
+        state["launcher_pid"] = os.getpid()
+        tmp = self.workdir / "state.json.tmp"
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.rename(self.workdir / "state.json")
+
+    @classmethod
+    def load(cls, workdir: Path) -> Cluster:
+        state = json.loads((Path(workdir) / "state.json").read_text())
+        state.pop("launcher_pid", None)
+        state["workdir"] = Path(state["workdir"])
+        state["bin_dir"] = Path(state["bin_dir"])
+        return cls(**state)
+
+    def stop(self, grace: float = 10) -> list[int]:
+        """Stop every component (reverse order), then sweep leftovers; idempotent.
+
+        Returns the pids the final sweep had to kill (should be empty).
+        """
+        for name in reversed(COMPONENTS):
+            pid = self.pids.get(name)
+            if not pid:
+                continue
+            # node-agent kills its pods on SIGTERM; give it the longest grace.
+            _procs.stop_group(pid, grace * 2 if name == "node-agent" else grace,
+                              reap=self._popen.get(name))
+        leftovers = _procs.sweep(self.id, prefix=True)
+        self.pids.clear()
+        self._popen.clear()
+        with contextlib.suppress(OSError):
+            claim = _CLAIMS_ROOT / "ip-blocks" / str(self.ip_block)
+            if claim.exists() and json.loads(claim.read_text()).get("id") == self.id:
+                claim.unlink()
+        if (self.workdir / "state.json").exists():
+            self._save()
+        return leftovers
+
+
+def _exists(fn) -> bool:
+    from kubernetes.client import ApiException
+
+    try:
+        fn()
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def _wait(pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + max(timeout, 0)
+    while True:
+        if pred():
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,109 @@
+"""The pytest plugin behind ``k8s_cluster`` / ``k8s_namespace`` (documented in
+``tests/cluster/plugin.py`` and ``tests/cluster/conftest.py``)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from . import _build, _procs
+from ._cluster import Cluster
+
+__all__ = ["k8s_cluster", "k8s_namespace", "pytest_collection_modifyitems"]
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Build the binaries up front when a selected test needs the cluster."""
+    if any("k8s_cluster" in getattr(item, "fixturenames", ()) for item in items):
+        if not _build.binaries_present():
+            tr = config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write_line("aviflow test cluster: building binaries (cold cache: long)")
+            _build.build()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _users(path: Path) -> list[int]:
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [p for p in pids if _procs.alive(p)]
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
+    """A running test cluster shared by the whole session (and by xdist workers)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        cluster = Cluster.start(tmp_path_factory.mktemp("k8s-cluster", numbered=True),
+                                die_with_parent=True)
+        atexit.register(cluster.stop)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        return
+
+    # xdist: one cluster for all workers; the last worker to leave stops it.
+    root = tmp_path_factory.getbasetemp().parent / "k8s-cluster-shared"
+    root.mkdir(exist_ok=True)
+    lock, users_file, workdir = root / "lock", root / "users.json", root / "cluster"
+    with _locked(lock):
+        users = _users(users_file)
+        cluster = None
+        if users and (workdir / "state.json").exists():
+            cluster = Cluster.load(workdir)
+            if not all(_procs.alive(p) for p in cluster.pids.values()):
+                cluster.stop()
+                cluster = None
+        if cluster is None:
+            cluster = Cluster.start(workdir, die_with_parent=False)
+        users.append(os.getpid())
+        users_file.write_text(json.dumps(users))
+
+    def leave() -> None:
+        with _locked(lock):
+            left = [p for p in _users(users_file) if p != os.getpid()]
+            users_file.write_text(json.dumps(left))
+            if not left:
+                cluster.stop()
+
+    atexit.register(leave)
+    try:
+        yield cluster
+    finally:
+        atexit.unregister(leave)
+        leave()
+
+
+@pytest.fixture
+def k8s_namespace(k8s_cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace for one test; deleted (without waiting) afterwards."""
+    from kubernetes import client
+
+    name = k8s_cluster.create_namespace()
+    yield name
+    with k8s_cluster.api_client() as api, contextlib.suppress(client.ApiException):
+        client.CoreV1Api(api).delete_namespace(name)
+
+
+if "pytest" not in sys.modules:  # pragma: no cover - imported only as a plugin
+    raise ImportError("aviflow_testcluster.pytest_plugin is a pytest plugin")
