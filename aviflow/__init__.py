@@ -42,7 +42,11 @@ _EXPORTS = {
     "BackendError": "aviflow.errors",
 }
 
-__all__ = [*sorted(_EXPORTS), "__version__"]
+__all__ = [
+    "AviflowError", "BackendError", "Job", "JobNotFound", "JobState", "SpecError", "TrainJob",
+    "Usage", "__version__", "checkpoint_dir", "get", "jobs", "log", "resume", "save_checkpoint",
+    "submit", "tracker",
+]
 
 if TYPE_CHECKING:
     from aviflow.api import get, jobs, submit

@@ -23,7 +23,7 @@ def parse_duration(text: str) -> int:
 
 
 def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     parts = []
     for unit in ("d", "h", "m", "s"):
         n, seconds = divmod(seconds, _SECONDS[unit])

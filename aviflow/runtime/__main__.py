@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 
 from aviflow.bundle import MANIFEST
-from aviflow.runtime.launch import DEFAULT_MAIN_PORT, NodeInfo, accelerate_argv, has_gpus, node_env, rank_program
+from aviflow.runtime.launch import (
+    DEFAULT_MAIN_PORT,
+    NodeInfo,
+    accelerate_argv,
+    has_gpus,
+    node_env,
+    rank_program,
+)
 from aviflow.store import RunDir, atomic_write, read_json
 
 HEARTBEAT_SECONDS = 2.0

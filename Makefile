@@ -1,0 +1,44 @@
+# The two commands: `make demo` and `make test`. Both set up .venv first and reuse it.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= train,notebook,hub,k8s,uitest,test
+STAMP := $(VENV)/.aviflow-installed
+UV_VERSION := 0.13.8
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint format sysdeps bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/uv --version 2>/dev/null | grep -q $(UV_VERSION) || $(PY) -m pip install -q uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --python $(PY) -c constraints.txt -e '.[$(EXTRAS)]'
+	@touch $@
+
+venv: $(STAMP)
+
+# System packages and tools the tests drive for real (browser, PostgreSQL, proxy, Go builds).
+sysdeps:
+	@bash tools/sysdeps.sh
+
+demo: venv
+	$(PY) -m aviflow.examples.demo
+
+test: venv sysdeps
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check aviflow
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format aviflow
+
+bench: venv
+	$(PY) bench/launch.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

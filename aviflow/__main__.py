@@ -1,0 +1,5 @@
+import sys
+
+from aviflow.cli import main
+
+sys.exit(main())

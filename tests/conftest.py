@@ -1,0 +1,55 @@
+"""Shared fixtures. Layers: ``tests/core`` (spec, store, local backend with real accelerate
++ torch), ``tests/cluster`` (a real control plane), ``tests/notebook``, ``tests/hub``.
+
+Fixtures here:
+
+``run_root``
+    A fresh, empty run-store root in a temp dir; ``AVIFLOW_ROOT`` points at it for the
+    test (so ``aviflow.submit`` without a backend lands there too).
+``local_backend``
+    A :class:`~aviflow.backends.local.LocalBackend` on ``run_root`` with 8 GPU slots. After
+    the test every job it ran is checked to have left no process behind (then cancelled).
+``leftover_processes``
+    ``leftover_processes(job_id)`` -> pids still carrying the job's tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aviflow import _procs
+from aviflow.backends.local import LocalBackend
+from aviflow.status import JobState
+
+
+@pytest.fixture
+def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("AVIFLOW_ROOT", str(root))
+    monkeypatch.delenv("AVIFLOW_BACKEND", raising=False)
+    return root
+
+
+@pytest.fixture
+def leftover_processes():
+    def find(job_id: str) -> list[int]:
+        return [p.pid for p in _procs.tagged(job_id)]
+
+    return find
+
+
+@pytest.fixture
+def local_backend(run_root: Path) -> Iterator[LocalBackend]:
+    backend = LocalBackend(root=run_root, capacity=8)
+    yield backend
+    stray = []
+    for job_id in backend.list_ids():
+        if not JobState(backend.status(job_id)["state"]).is_finished():
+            backend.cancel(job_id)
+        if _procs.tagged(job_id):
+            stray.append(job_id)
+            _procs.stop_job(job_id, [])
+    assert not stray, f"jobs left processes behind: {stray}"
