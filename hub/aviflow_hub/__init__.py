@@ -1,0 +1,1 @@
+"""Aviflow JupyterHub configuration and the aviflow-api service (see issue 5)."""

@@ -1,0 +1,1 @@
+"""Aviflow notebook magics and the job panel (see issue 4)."""
