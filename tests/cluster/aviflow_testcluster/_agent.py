@@ -391,11 +391,9 @@ class PodRunner(threading.Thread):
     def write_hosts(self) -> None:
         if not self.ip:
             return
-        own = f"{self.ip}\t{self.hostname()}"
-        sub = self.spec.get("subdomain")
-        if sub:
-            own = (f"{self.ip}\t{self.hostname()}.{sub}.{self.namespace}.svc.cluster.local "
-                   f"{self.hostname()}")
+        # Like the kubelet's hosts file, plus the short names DNS search paths would resolve.
+        own = self.dns_lines()[0] + f" {self.hostname()}" if self.spec.get("subdomain") \
+            else f"{self.ip}\t{self.hostname()}"
         lines = ["# Kubernetes-managed hosts file (aviflow node agent).",
                  "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", own]
         for extra in self.spec.get("hostAliases") or []:
@@ -414,8 +412,9 @@ class PodRunner(threading.Thread):
         for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
             c = self.conditions.get(t)
             if c:
+                # reason None clears a stale reason in the strategic merge patch
                 conds.append({"type": t, "status": c["status"], "lastTransitionTime": c["ts"],
-                              **({"reason": c["reason"]} if c.get("reason") else {})})
+                              "reason": c.get("reason") or None})
         status = {
             "phase": self.phase,
             "conditions": conds,

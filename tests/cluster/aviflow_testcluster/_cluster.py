@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -372,8 +372,20 @@ class Cluster:
             ext = client.ApiextensionsV1Api(api)
             adm = client.AdmissionregistrationV1Api(api)
             core.create_namespace({"metadata": {"name": _kueue.NAMESPACE}})
+            names = []
             for crd in _kueue.crds(src, port, ca):
                 ext.create_custom_resource_definition(crd)
+                names.append(crd["metadata"]["name"])
+
+            def established() -> bool:
+                for name in names:
+                    st = ext.read_custom_resource_definition(name).status
+                    if not any(c.type == "Established" and c.status == "True"
+                               for c in (st.conditions or []) if st):
+                        return False
+                return True
+
+            _wait(established, 60, "Kueue CRDs Established")
             for cfg in _kueue.webhook_configurations(src, port, ca):
                 if cfg["kind"] == "MutatingWebhookConfiguration":
                     adm.create_mutating_webhook_configuration(cfg)
@@ -461,9 +473,11 @@ class Cluster:
 
     # ----------------------------------------------------------- state file
     def _save(self) -> None:
-        state = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
-        state["workdir"] = str(self.workdir)
-        state["bin_dir"] = str(self.bin_dir)
+        state = {
+            "workdir": str(self.workdir), "id": self.id, "bin_dir": str(self.bin_dir),
+            "ports": self.ports, "pids": self.pids, "ip_block": self.ip_block,
+            "nodes": self.nodes,
+        }
         state["launcher_pid"] = os.getpid()
         tmp = self.workdir / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))

@@ -1,0 +1,30 @@
+# Make fragment for the real test cluster (tests/cluster). Included by the top Makefile:
+#   include tests/cluster/cluster.mk
+#
+#   make cluster-build   build/check the binaries (cached; cold build is long, see README)
+#   make cluster-up      start a cluster in .cluster/ and print `export KUBECONFIG=...`
+#   make cluster-down    stop it and check no process is left
+#   make cluster-status  show pids/ports of the running cluster
+#   make test-cluster    run the cluster smoke tests
+
+CLUSTER_PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+CLUSTER_DIR ?= .cluster
+CLUSTER_CLI = PYTHONPATH=tests/cluster$(if $(PYTHONPATH),:$(PYTHONPATH)) GOTOOLCHAIN=local \
+	$(CLUSTER_PYTHON) -m aviflow_testcluster
+
+.PHONY: cluster-build cluster-up cluster-down cluster-status test-cluster
+
+cluster-build:
+	$(CLUSTER_CLI) build
+
+cluster-up:
+	@$(CLUSTER_CLI) up --dir $(CLUSTER_DIR)
+
+cluster-down:
+	@$(CLUSTER_CLI) down --dir $(CLUSTER_DIR)
+
+cluster-status:
+	@$(CLUSTER_CLI) status --dir $(CLUSTER_DIR)
+
+test-cluster:
+	$(CLUSTER_PYTHON) -m pytest tests/cluster -m cluster $(PYTEST_ARGS)
