@@ -9,9 +9,8 @@ import time
 import uuid
 
 import pytest
-from kubernetes import client
-
 from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, K8S_VERSION, LABEL_POOL
+from kubernetes import client
 
 pytestmark = pytest.mark.cluster
 
@@ -36,14 +35,21 @@ def cluster_queue(name: str, gpus: int = 8) -> dict:
         "metadata": {"name": name},
         "spec": {
             "namespaceSelector": {},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", GPU_RESOURCE],
-                "flavors": [{"name": "hgx-" + name, "resources": [
-                    {"name": "cpu", "nominalQuota": "384"},
-                    {"name": "memory", "nominalQuota": "4Ti"},
-                    {"name": GPU_RESOURCE, "nominalQuota": str(gpus)},
-                ]}],
-            }],
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", GPU_RESOURCE],
+                    "flavors": [
+                        {
+                            "name": "hgx-" + name,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "384"},
+                                {"name": "memory", "nominalQuota": "4Ti"},
+                                {"name": GPU_RESOURCE, "nominalQuota": str(gpus)},
+                            ],
+                        }
+                    ],
+                }
+            ],
         },
     }
 
@@ -53,12 +59,14 @@ def gpu_queue(k8s_cluster, k8s_namespace):
     """A ResourceFlavor for the HGX nodes, an 8-GPU ClusterQueue and a LocalQueue."""
     name = f"cq-{uuid.uuid4().hex[:8]}"
     flavor = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
         "metadata": {"name": "hgx-" + name},
         "spec": {"nodeLabels": {LABEL_POOL: "hgx"}, "tolerations": [GPU_TOLERATION]},
     }
     local = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
         "metadata": {"name": "gpus", "namespace": k8s_namespace},
         "spec": {"clusterQueue": name},
     }
@@ -66,14 +74,22 @@ def gpu_queue(k8s_cluster, k8s_namespace):
     k8s_cluster.kubectl("apply", "-f", "-", input=docs)
     with k8s_cluster.api_client() as api:
         co = client.CustomObjectsApi(api)
-        wait_for(lambda: any(
-            c["type"] == "Active" and c["status"] == "True"
-            for c in co.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues",
-                                                  name).get("status", {}).get("conditions", [])),
-            30, "ClusterQueue Active")
+        wait_for(
+            lambda: any(
+                c["type"] == "Active" and c["status"] == "True"
+                for c in co.get_cluster_custom_object(
+                    "kueue.x-k8s.io", "v1beta2", "clusterqueues", name
+                )
+                .get("status", {})
+                .get("conditions", [])
+            ),
+            30,
+            "ClusterQueue Active",
+        )
     yield {"cluster_queue": name, "local_queue": "gpus", "namespace": k8s_namespace}
-    k8s_cluster.kubectl("delete", "--wait=false", "--ignore-not-found", "-f", "-", input=docs,
-                        check=False)
+    k8s_cluster.kubectl(
+        "delete", "--wait=false", "--ignore-not-found", "-f", "-", input=docs, check=False
+    )
 
 
 # The rendezvous every multi-node job does: rank 1 finds rank 0 by its stable
@@ -115,8 +131,16 @@ RENDEZVOUS = textwrap.dedent("""
 """)
 
 
-def indexed_job(name: str, queue: str, *, pods: int, gpus: int, script: str,
-                volumes: list | None = None, mounts: list | None = None) -> dict:
+def indexed_job(
+    name: str,
+    queue: str,
+    *,
+    pods: int,
+    gpus: int,
+    script: str,
+    volumes: list | None = None,
+    mounts: list | None = None,
+) -> dict:
     env = [
         {"name": "JOB_NAME", "value": name},
         {"name": "SUBDOMAIN", "value": name},
@@ -138,16 +162,19 @@ def indexed_job(name: str, queue: str, *, pods: int, gpus: int, script: str,
                     "restartPolicy": "Never",
                     "tolerations": [GPU_TOLERATION],
                     "volumes": volumes or [],
-                    "containers": [{
-                        "name": "trainer",
-                        "image": "ignored.example/trainer:latest",
-                        "command": ["python", "-c", script],
-                        "env": env,
-                        "volumeMounts": mounts or [],
-                        "resources": {"requests": {"cpu": "1", "memory": "1Gi",
-                                                   GPU_RESOURCE: str(gpus)},
-                                      "limits": {GPU_RESOURCE: str(gpus)}},
-                    }],
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "ignored.example/trainer:latest",
+                            "command": ["python", "-c", script],
+                            "env": env,
+                            "volumeMounts": mounts or [],
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1Gi", GPU_RESOURCE: str(gpus)},
+                                "limits": {GPU_RESOURCE: str(gpus)},
+                            },
+                        }
+                    ],
                 },
             },
         },
@@ -155,9 +182,16 @@ def indexed_job(name: str, queue: str, *, pods: int, gpus: int, script: str,
 
 
 def headless_service(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"clusterIP": "None", "selector": {"job-name": name},
-                     "ports": [{"name": "rdzv", "port": 29500}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"job-name": name},
+            "ports": [{"name": "rdzv", "port": 29500}],
+        },
+    }
 
 
 def job_finished(batch: client.BatchV1Api, ns: str, name: str) -> str | None:
@@ -184,23 +218,26 @@ def test_control_plane_version_and_nodes(k8s_cluster):
     for n in nodes:
         ready = [c for c in n.status.conditions if c.type == "Ready"]
         assert ready and ready[0].status == "True"
-    leases = json.loads(k8s_cluster.kubectl("get", "leases", "-n", "kube-node-lease",
-                                            "-o", "json").stdout)["items"]
+    leases = json.loads(
+        k8s_cluster.kubectl("get", "leases", "-n", "kube-node-lease", "-o", "json").stdout
+    )["items"]
     assert {x["metadata"]["name"] for x in leases} >= {n.metadata.name for n in nodes}
 
 
 def test_kueue_webhook_dry_run(k8s_cluster):
     name = f"dry-{uuid.uuid4().hex[:8]}"
-    ok = k8s_cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                             input=json.dumps(cluster_queue(name)))
+    ok = k8s_cluster.kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(cluster_queue(name))
+    )
     created = json.loads(ok.stdout)
     # Kueue's mutating webhook defaulted the queue (it adds its finalizer).
     assert "kueue.x-k8s.io/resource-in-use" in created["metadata"].get("finalizers", [])
     bad = cluster_queue(name)
     res = bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     res[0]["name"], res[1]["name"] = res[1]["name"], res[0]["name"]  # names out of order
-    rejected = k8s_cluster.kubectl("create", "--dry-run=server", "-f", "-",
-                                   input=json.dumps(bad), check=False)
+    rejected = k8s_cluster.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False
+    )
     assert rejected.returncode != 0
     assert "denied the request" in rejected.stderr, rejected.stderr
     assert "must match the name in coveredResources" in rejected.stderr
@@ -232,25 +269,32 @@ def test_indexed_job_admitted_runs_and_releases_quota(k8s_cluster, gpu_queue):
             assert p.status.pod_ip.startswith("127.")
             term = p.status.container_statuses[0].state.terminated
             assert term.exit_code == 0
-        by_index = {p.metadata.annotations["batch.kubernetes.io/job-completion-index"]: p
-                    for p in pods}
+        by_index = {
+            p.metadata.annotations["batch.kubernetes.io/job-completion-index"]: p for p in pods
+        }
         assert "rank 0 got hello from rank 1" in logs[by_index["0"].metadata.name]
         assert "rank 1 got ack:hello from rank 1" in logs[by_index["1"].metadata.name]
         # kubectl logs goes through the apiserver to the agent's kubelet endpoint.
         out = k8s_cluster.kubectl("logs", "-n", ns, by_index["1"].metadata.name).stdout
         assert "rank 1 got ack" in out
 
-        workloads = co.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", ns,
-                                                     "workloads")["items"]
+        workloads = co.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", ns, "workloads")[
+            "items"
+        ]
         assert len(workloads) == 1
         conds = {c["type"]: c["status"] for c in workloads[0]["status"]["conditions"]}
         assert conds.get("Admitted") == "True" and conds.get("Finished") == "True"
 
         def released():
-            st = co.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues",
-                                              cq).get("status", {})
-            used = [r["total"] for f in st.get("flavorsUsage", [])
-                    for r in f["resources"] if r["name"] == GPU_RESOURCE]
+            st = co.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", cq).get(
+                "status", {}
+            )
+            used = [
+                r["total"]
+                for f in st.get("flavorsUsage", [])
+                for r in f["resources"]
+                if r["name"] == GPU_RESOURCE
+            ]
             return st.get("admittedWorkloads", 0) == 0 and all(u in ("0", 0) for u in used)
 
         wait_for(released, 30, "quota to be released")
@@ -270,19 +314,33 @@ def test_job_beyond_quota_waits_until_first_completes(k8s_cluster, gpu_queue, tm
     gate.mkdir()
     vol = [{"name": "shared", "hostPath": {"path": str(gate), "type": "Directory"}}]
     mnt = [{"name": "shared", "mountPath": "/shared"}]
-    first = indexed_job("first", lq, pods=2, gpus=4, script=WAIT_FOR_FILE, volumes=vol,
-                        mounts=mnt)
-    second = indexed_job("second", lq, pods=1, gpus=4, script=WAIT_FOR_FILE, volumes=vol,
-                         mounts=mnt)
+    first = indexed_job("first", lq, pods=2, gpus=4, script=WAIT_FOR_FILE, volumes=vol, mounts=mnt)
+    second = indexed_job(
+        "second", lq, pods=1, gpus=4, script=WAIT_FOR_FILE, volumes=vol, mounts=mnt
+    )
     with k8s_cluster.api_client() as api:
         batch = client.BatchV1Api(api)
         core = client.CoreV1Api(api)
         batch.create_namespaced_job(ns, first)
-        wait_for(lambda: batch.read_namespaced_job("first", ns).spec.suspend is False, 30,
-                 "first job admitted")
-        wait_for(lambda: len([p for p in core.list_namespaced_pod(
-            ns, label_selector="job-name=first").items if p.status.phase == "Running"]) == 2,
-            60, "first job's pods running")
+        wait_for(
+            lambda: batch.read_namespaced_job("first", ns).spec.suspend is False,
+            30,
+            "first job admitted",
+        )
+        wait_for(
+            lambda: (
+                len(
+                    [
+                        p
+                        for p in core.list_namespaced_pod(ns, label_selector="job-name=first").items
+                        if p.status.phase == "Running"
+                    ]
+                )
+                == 2
+            ),
+            60,
+            "first job's pods running",
+        )
         batch.create_namespaced_job(ns, second)
         time.sleep(3)  # give Kueue every chance to (wrongly) admit it
         assert batch.read_namespaced_job("second", ns).spec.suspend is True
@@ -290,10 +348,12 @@ def test_job_beyond_quota_waits_until_first_completes(k8s_cluster, gpu_queue, tm
 
         (gate / "go").write_text("")
         assert wait_for(lambda: job_finished(batch, ns, "first"), 60, "first job") == "Complete"
-        wait_for(lambda: batch.read_namespaced_job("second", ns).spec.suspend is False, 30,
-                 "second job admitted after the first finished")
-        assert wait_for(lambda: job_finished(batch, ns, "second"), 60,
-                        "second job") == "Complete"
+        wait_for(
+            lambda: batch.read_namespaced_job("second", ns).spec.suspend is False,
+            30,
+            "second job admitted after the first finished",
+        )
+        assert wait_for(lambda: job_finished(batch, ns, "second"), 60, "second job") == "Complete"
 
 
 def test_pod_deletion_kills_processes_after_grace(k8s_cluster, k8s_namespace):
@@ -310,10 +370,16 @@ def test_pod_deletion_kills_processes_after_grace(k8s_cluster, k8s_namespace):
             time.sleep(0.1)
     """)
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
-        "spec": {"nodeSelector": {LABEL_POOL: "cpu"}, "terminationGracePeriodSeconds": 5,
-                 "containers": [{"name": "main", "image": "ignored",
-                                 "command": ["python", "-c", script]}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sleeper"},
+        "spec": {
+            "nodeSelector": {LABEL_POOL: "cpu"},
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {"name": "main", "image": "ignored", "command": ["python", "-c", script]}
+            ],
+        },
     }
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
@@ -322,8 +388,11 @@ def test_pod_deletion_kills_processes_after_grace(k8s_cluster, k8s_namespace):
         def running():
             p = core.read_namespaced_pod("sleeper", ns)
             conds = {c.type: c.status for c in p.status.conditions or []}
-            return p.status.phase == "Running" and conds.get("Ready") == "True" and \
-                "pid" in k8s_cluster.read_logs(ns, "sleeper")
+            return (
+                p.status.phase == "Running"
+                and conds.get("Ready") == "True"
+                and "pid" in k8s_cluster.read_logs(ns, "sleeper")
+            )
 
         wait_for(running, 60, "pod running")
         pid = int(k8s_cluster.read_logs(ns, "sleeper").split()[1])

@@ -66,17 +66,22 @@ def main(argv: list[str] | None = None) -> int:
         if left:
             print(f"processes still alive: {left}", file=sys.stderr)
             return 1
-        print(f"cluster in {workdir} stopped"
-              + (f" (swept {len(leftovers)} stray processes)" if leftovers else ""),
-              file=sys.stderr)
+        print(
+            f"cluster in {workdir} stopped"
+            + (f" (swept {len(leftovers)} stray processes)" if leftovers else ""),
+            file=sys.stderr,
+        )
         return 0
     if args.cmd == "status":
         c = _running(workdir)
         if c is None:
             print("not running")
             return 1
-        print(json.dumps({"kubeconfig": str(c.kubeconfig), "pids": c.pids, "ports": c.ports},
-                         indent=1))
+        print(
+            json.dumps(
+                {"kubeconfig": str(c.kubeconfig), "pids": c.pids, "ports": c.ports}, indent=1
+            )
+        )
         return 0
     return 2
 

@@ -71,8 +71,9 @@ def pod_dir(pods_dir: Path, namespace: str, pod: str) -> Path:
     return pods_dir / namespace / pod
 
 
-def container_log_path(pods_dir: Path, namespace: str, pod: str,
-                       container: str | None = None) -> Path:
+def container_log_path(
+    pods_dir: Path, namespace: str, pod: str, container: str | None = None
+) -> Path:
     logs = pod_dir(pods_dir, namespace, pod) / "logs"
     if container is None:
         names = sorted(p.stem for p in logs.glob("*.log"))
@@ -99,8 +100,22 @@ def expand(value: str, env: dict[str, str]) -> str:
 
 
 _QTY = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIX = {
+    "": 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def quantity(q: str) -> float:
@@ -155,8 +170,9 @@ class Agent:
         self.state_dir = Path(args.state_dir)
         self.pods_dir = self.state_dir / "pods"
         self.pods_dir.mkdir(parents=True, exist_ok=True)
-        self.nodes = {n["name"]: NodeSpec.from_json(n)
-                      for n in json.loads(Path(args.nodes).read_text())}
+        self.nodes = {
+            n["name"]: NodeSpec.from_json(n) for n in json.loads(Path(args.nodes).read_text())
+        }
         cfg = client.Configuration()
         config.load_kube_config(config_file=args.kubeconfig, client_configuration=cfg)
         cfg.connection_pool_maxsize = 32
@@ -173,8 +189,13 @@ class Agent:
     # -------------------------------------------------------------- nodes
     def node_status(self, spec: NodeSpec) -> dict:
         cond = lambda t, s, reason, msg: {  # noqa: E731
-            "type": t, "status": s, "reason": reason, "message": msg,
-            "lastHeartbeatTime": now(), "lastTransitionTime": self.started}
+            "type": t,
+            "status": s,
+            "reason": reason,
+            "message": msg,
+            "lastHeartbeatTime": now(),
+            "lastTransitionTime": self.started,
+        }
         return {
             "capacity": spec.capacity,
             "allocatable": spec.capacity,
@@ -184,14 +205,22 @@ class Agent:
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok"),
                 cond("Ready", "True", "KubeletReady", "aviflow node agent is posting ready status"),
             ],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
-                          {"type": "Hostname", "address": spec.name}],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": spec.name},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.args.kubelet_port}},
             "nodeInfo": {
-                "machineID": spec.name, "systemUUID": spec.name, "bootID": self.args.cluster_id,
-                "kernelVersion": os.uname().release, "osImage": "aviflow fake node",
-                "containerRuntimeVersion": RUNTIME, "kubeletVersion": K8S_VERSION,
-                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64",
+                "machineID": spec.name,
+                "systemUUID": spec.name,
+                "bootID": self.args.cluster_id,
+                "kernelVersion": os.uname().release,
+                "osImage": "aviflow fake node",
+                "containerRuntimeVersion": RUNTIME,
+                "kubeletVersion": K8S_VERSION,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
             },
         }
 
@@ -224,16 +253,25 @@ class Agent:
 
     def _renew_lease(self, node: str) -> None:
         body = {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": node, "namespace": "kube-node-lease",
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
-                                              "uid": self.node_uids[node]}]},
-            "spec": {"holderIdentity": node, "leaseDurationSeconds": LEASE_SECONDS,
-                     "renewTime": micro_now()},
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": node,
+                "namespace": "kube-node-lease",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": node, "uid": self.node_uids[node]}
+                ],
+            },
+            "spec": {
+                "holderIdentity": node,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": micro_now(),
+            },
         }
         try:
-            self.coord.patch_namespaced_lease(node, "kube-node-lease",
-                                              {"spec": {"renewTime": micro_now()}})
+            self.coord.patch_namespaced_lease(
+                node, "kube-node-lease", {"spec": {"renewTime": micro_now()}}
+            )
         except client.ApiException as e:
             if e.status != 404:
                 raise
@@ -279,8 +317,12 @@ class Agent:
                     self.dispatch("DELETED", r.pod)
                 rv = data["metadata"]["resourceVersion"]
                 w = watch.Watch()
-                for ev in w.stream(self.core.list_pod_for_all_namespaces, resource_version=rv,
-                                   timeout_seconds=300, allow_watch_bookmarks=True):
+                for ev in w.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    resource_version=rv,
+                    timeout_seconds=300,
+                    allow_watch_bookmarks=True,
+                ):
                     if self.stopping.is_set():
                         w.stop()
                         break
@@ -371,8 +413,10 @@ class PodRunner(threading.Thread):
         if not sub:
             return []
         h = self.hostname()
-        return [f"{self.ip}\t{h}.{sub}.{self.namespace}.svc.cluster.local {h}.{sub}."
-                f"{self.namespace}.svc {h}.{sub}"]
+        return [
+            f"{self.ip}\t{h}.{sub}.{self.namespace}.svc.cluster.local {h}.{sub}."
+            f"{self.namespace}.svc {h}.{sub}"
+        ]
 
     def grace_period(self) -> float:
         meta = self.pod["metadata"]
@@ -392,14 +436,24 @@ class PodRunner(threading.Thread):
         if not self.ip:
             return
         # Like the kubelet's hosts file, plus the short names DNS search paths would resolve.
-        own = self.dns_lines()[0] + f" {self.hostname()}" if self.spec.get("subdomain") \
+        own = (
+            self.dns_lines()[0] + f" {self.hostname()}"
+            if self.spec.get("subdomain")
             else f"{self.ip}\t{self.hostname()}"
-        lines = ["# Kubernetes-managed hosts file (aviflow node agent).",
-                 "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", own]
+        )
+        lines = [
+            "# Kubernetes-managed hosts file (aviflow node agent).",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            own,
+        ]
         for extra in self.spec.get("hostAliases") or []:
             lines.append(f"{extra['ip']}\t{' '.join(extra.get('hostnames', []))}")
-        lines += [ln for ln in self.agent.hosts_entries(self.namespace)
-                  if not ln.startswith(self.ip + "\t")]
+        lines += [
+            ln
+            for ln in self.agent.hosts_entries(self.namespace)
+            if not ln.startswith(self.ip + "\t")
+        ]
         data = ("\n".join(lines) + "\n").encode()
         path = self.dir / "hosts"
         # Rewrite in place: the file is bind-mounted by inode into running containers.
@@ -413,27 +467,39 @@ class PodRunner(threading.Thread):
             c = self.conditions.get(t)
             if c:
                 # reason None clears a stale reason in the strategic merge patch
-                conds.append({"type": t, "status": c["status"], "lastTransitionTime": c["ts"],
-                              "reason": c.get("reason") or None})
+                conds.append(
+                    {
+                        "type": t,
+                        "status": c["status"],
+                        "lastTransitionTime": c["ts"],
+                        "reason": c.get("reason") or None,
+                    }
+                )
         status = {
             "phase": self.phase,
             "conditions": conds,
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
             "startTime": self.start_time,
-            "containerStatuses": [self.statuses[c["name"]] for c in self.spec["containers"]
-                                  if c["name"] in self.statuses],
+            "containerStatuses": [
+                self.statuses[c["name"]]
+                for c in self.spec["containers"]
+                if c["name"] in self.statuses
+            ],
         }
         if self.init_statuses:
             status["initContainerStatuses"] = [
-                self.init_statuses[c["name"]] for c in self.spec.get("initContainers") or []
-                if c["name"] in self.init_statuses]
+                self.init_statuses[c["name"]]
+                for c in self.spec.get("initContainers") or []
+                if c["name"] in self.init_statuses
+            ]
         if self.ip:
             status["podIP"] = self.ip
             status["podIPs"] = [{"ip": self.ip}]
         try:
-            self.agent.core.patch_namespaced_pod_status(self.name, self.namespace,
-                                                        {"status": status})
+            self.agent.core.patch_namespaced_pod_status(
+                self.name, self.namespace, {"status": status}
+            )
         except client.ApiException as e:
             if e.status not in (404, 409):
                 log.warning("status of %s/%s: %s", self.namespace, self.name, e.reason)
@@ -536,25 +602,37 @@ class PodRunner(threading.Thread):
                 restart = policy == "Always" or (policy == "OnFailure" and code != 0)
                 if restart and time.monotonic() >= backoff.get(name, 0):
                     backoff[name] = time.monotonic() + 1
-                    self.statuses[name]["restartCount"] = self.statuses[name].get(
-                        "restartCount", 0) + 1
+                    self.statuses[name]["restartCount"] = (
+                        self.statuses[name].get("restartCount", 0) + 1
+                    )
                     self.launch(c, restart_count=self.statuses[name]["restartCount"])
                     changed = True
-            running = [c for c in self.spec["containers"]
-                       if self.statuses[c["name"]].get("state", {}).get("running")]
-            done = [c for c in self.spec["containers"]
-                    if self.statuses[c["name"]].get("state", {}).get("terminated")]
+            running = [
+                c
+                for c in self.spec["containers"]
+                if self.statuses[c["name"]].get("state", {}).get("running")
+            ]
+            done = [
+                c
+                for c in self.spec["containers"]
+                if self.statuses[c["name"]].get("state", {}).get("terminated")
+            ]
             ready = len(running) == len(self.spec["containers"])
             self.set_condition("ContainersReady", ready, "" if ready else "ContainersNotReady")
             self.set_condition("Ready", ready, "" if ready else "ContainersNotReady")
             if len(done) == len(self.spec["containers"]) and (
                 policy == "Never"
-                or (policy == "OnFailure" and all(
-                    self.statuses[c["name"]]["state"]["terminated"]["exitCode"] == 0
-                    for c in done))
+                or (
+                    policy == "OnFailure"
+                    and all(
+                        self.statuses[c["name"]]["state"]["terminated"]["exitCode"] == 0
+                        for c in done
+                    )
+                )
             ):
-                ok = all(self.statuses[c["name"]]["state"]["terminated"]["exitCode"] == 0
-                         for c in done)
+                ok = all(
+                    self.statuses[c["name"]]["state"]["terminated"]["exitCode"] == 0 for c in done
+                )
                 self.phase = "Succeeded" if ok else "Failed"
                 self.set_condition("Ready", False, "PodCompleted")
                 self.set_condition("ContainersReady", False, "PodCompleted")
@@ -583,9 +661,13 @@ class PodRunner(threading.Thread):
         if self.pod["metadata"].get("deletionTimestamp"):
             with contextlib.suppress(client.ApiException):
                 self.agent.core.delete_namespaced_pod(
-                    self.name, self.namespace, grace_period_seconds=0,
-                    body=client.V1DeleteOptions(grace_period_seconds=0,
-                                                preconditions={"uid": self.uid}))
+                    self.name,
+                    self.namespace,
+                    grace_period_seconds=0,
+                    body=client.V1DeleteOptions(
+                        grace_period_seconds=0, preconditions={"uid": self.uid}
+                    ),
+                )
         self.agent.forget(self)
         self.agent.refresh_hosts(self.namespace)
 
@@ -604,8 +686,10 @@ class PodRunner(threading.Thread):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(5)
         _procs.sweep(self.marker)
-        for init, cs in ((True, self.spec.get("initContainers") or []),
-                         (False, self.spec["containers"])):
+        for init, cs in (
+            (True, self.spec.get("initContainers") or []),
+            (False, self.spec["containers"]),
+        ):
             table = self.init_statuses if init else self.statuses
             for c in cs:
                 p = self.procs.get(c["name"])
@@ -633,9 +717,15 @@ class PodRunner(threading.Thread):
         started = st.get("state", {}).get("running", {}).get("startedAt", now())
         if code < 0:  # killed by a signal: report like a container runtime
             code = 128 - code
-        st["state"] = {"terminated": {
-            "exitCode": code, "reason": "Completed" if code == 0 else "Error",
-            "startedAt": started, "finishedAt": now(), "containerID": st.get("containerID", "")}}
+        st["state"] = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": now(),
+                "containerID": st.get("containerID", ""),
+            }
+        }
         st["ready"] = False
         st["started"] = False
 
@@ -650,20 +740,24 @@ class PodRunner(threading.Thread):
             _procs.MARKER: self.marker,
         }
         api_port = str(self.agent.args.kubernetes_port)
-        env.update({
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": api_port,
-            "KUBERNETES_SERVICE_PORT_HTTPS": api_port,
-            "KUBERNETES_PORT": f"tcp://127.0.0.1:{api_port}",
-        })
+        env.update(
+            {
+                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": api_port,
+                "KUBERNETES_SERVICE_PORT_HTTPS": api_port,
+                "KUBERNETES_PORT": f"tcp://127.0.0.1:{api_port}",
+            }
+        )
         for src in c.get("envFrom") or []:
             prefix = src.get("prefix", "")
             if "configMapRef" in src:
-                data = self._configmap(src["configMapRef"]["name"],
-                                       src["configMapRef"].get("optional", False))
+                data = self._configmap(
+                    src["configMapRef"]["name"], src["configMapRef"].get("optional", False)
+                )
             else:
-                data = self._secret(src["secretRef"]["name"],
-                                    src["secretRef"].get("optional", False))
+                data = self._secret(
+                    src["secretRef"]["name"], src["secretRef"].get("optional", False)
+                )
             env.update({prefix + k: v for k, v in data.items()})
         for e in c.get("env") or []:
             if "valueFrom" not in e:
@@ -690,9 +784,13 @@ class PodRunner(threading.Thread):
     def current_pod(self) -> dict:
         """The pod as the API will show it once our status lands (IPs included)."""
         pod = dict(self.pod)
-        pod["status"] = {**(pod.get("status") or {}), "podIP": self.ip,
-                         "podIPs": [{"ip": self.ip}], "hostIP": "127.0.0.1",
-                         "hostIPs": [{"ip": "127.0.0.1"}]}
+        pod["status"] = {
+            **(pod.get("status") or {}),
+            "podIP": self.ip,
+            "podIPs": [{"ip": self.ip}],
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+        }
         return pod
 
     def _configmap(self, name: str, optional: bool) -> dict[str, str]:
@@ -740,18 +838,39 @@ class PodRunner(threading.Thread):
             mounts.append((str(src), m["mountPath"], bool(m.get("readOnly"))))
         workdir = c.get("workingDir") or str(self.dir / "rootfs-cwd")
         script = _sandbox_script(self.dir / "hosts", self.hostname(), mounts, workdir)
-        full = ["unshare", "--mount", "--uts", "--propagation", "private", "--",
-                "sh", "-c", script, "sh", *argv]
+        full = [
+            "unshare",
+            "--mount",
+            "--uts",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *argv,
+        ]
         (self.dir / "rootfs-cwd").mkdir(exist_ok=True)
         with open(log_path, "ab") as out:
-            p = subprocess.Popen(full, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                 cwd=str(self.dir))
+            p = subprocess.Popen(
+                full,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(self.dir),
+            )
         self.procs[name] = p
         table[name] = {
-            "name": name, "image": c.get("image", ""), "imageID": "",
+            "name": name,
+            "image": c.get("image", ""),
+            "imageID": "",
             "containerID": f"{RUNTIME.split(':')[0]}://{self.uid}-{name}-{restart_count}",
-            "ready": True, "started": True, "restartCount": restart_count,
+            "ready": True,
+            "started": True,
+            "restartCount": restart_count,
             "state": {"running": {"startedAt": now()}},
         }
         return p
@@ -767,14 +886,18 @@ class PodRunner(threading.Thread):
                 path.mkdir(parents=True, exist_ok=True)
             elif "hostPath" in v:
                 path = Path(v["hostPath"]["path"])
-                if v["hostPath"].get("type") in ("DirectoryOrCreate", None, "") and \
-                        not path.exists():
+                if (
+                    v["hostPath"].get("type") in ("DirectoryOrCreate", None, "")
+                    and not path.exists()
+                ):
                     path.mkdir(parents=True, exist_ok=True)
             elif "persistentVolumeClaim" in v:
                 path = self._pvc_dir(v["persistentVolumeClaim"]["claimName"])
             elif "configMap" in v:
                 path.mkdir(parents=True, exist_ok=True)
-                data = self._configmap(v["configMap"]["name"], v["configMap"].get("optional", False))
+                data = self._configmap(
+                    v["configMap"]["name"], v["configMap"].get("optional", False)
+                )
                 _write_items(path, data, v["configMap"].get("items"))
             elif "secret" in v:
                 path.mkdir(parents=True, exist_ok=True)
@@ -812,11 +935,14 @@ class PodRunner(threading.Thread):
             if "fieldRef" in it:
                 value = field_ref(self.current_pod(), it["fieldRef"]["fieldPath"])
             else:
-                cname = it["resourceFieldRef"].get("containerName") or \
-                    self.spec["containers"][0]["name"]
+                cname = (
+                    it["resourceFieldRef"].get("containerName")
+                    or self.spec["containers"][0]["name"]
+                )
                 c = next(x for x in self.spec["containers"] if x["name"] == cname)
-                value = resource_ref(c, self.agent.nodes[self.spec["nodeName"]].capacity,
-                                     it["resourceFieldRef"])
+                value = resource_ref(
+                    c, self.agent.nodes[self.spec["nodeName"]].capacity, it["resourceFieldRef"]
+                )
             target = path / it["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(value)
@@ -824,13 +950,21 @@ class PodRunner(threading.Thread):
     def _project(self, path: Path, s: dict) -> None:
         if "serviceAccountToken" in s:
             sat = s["serviceAccountToken"]
-            req = {"spec": {
-                "audiences": [sat["audience"]] if sat.get("audience") else None,
-                "expirationSeconds": sat.get("expirationSeconds", 3607),
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.name,
-                                   "uid": self.uid}}}
+            req = {
+                "spec": {
+                    "audiences": [sat["audience"]] if sat.get("audience") else None,
+                    "expirationSeconds": sat.get("expirationSeconds", 3607),
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": self.name,
+                        "uid": self.uid,
+                    },
+                }
+            }
             tok = self.agent.core.create_namespaced_service_account_token(
-                self.spec.get("serviceAccountName") or "default", self.namespace, req)
+                self.spec.get("serviceAccountName") or "default", self.namespace, req
+            )
             (path / sat["path"]).write_text(tok.status.token)
         elif "configMap" in s:
             data = self._configmap(s["configMap"]["name"], s["configMap"].get("optional", False))
@@ -843,9 +977,15 @@ class PodRunner(threading.Thread):
 
 
 def _waiting(c: dict, reason: str, message: str = "") -> dict:
-    return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False,
-            "started": False, "restartCount": 0,
-            "state": {"waiting": {"reason": reason, **({"message": message} if message else {})}}}
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason, **({"message": message} if message else {})}},
+    }
 
 
 def _write_items(path: Path, data: dict[str, str], items: list[dict] | None) -> None:
@@ -857,15 +997,17 @@ def _write_items(path: Path, data: dict[str, str], items: list[dict] | None) -> 
             target.write_text(data[key])
 
 
-def _sandbox_script(hosts: Path, hostname: str, mounts: list[tuple[str, str, bool]],
-                    workdir: str) -> str:
+def _sandbox_script(
+    hosts: Path, hostname: str, mounts: list[tuple[str, str, bool]], workdir: str
+) -> str:
     """Shell run inside the pod's new mount+UTS namespaces before ``exec``-ing the command."""
     q = shlex.quote
-    lines = ["set -e", f"mount --bind {q(str(hosts))} /etc/hosts",
-             f"hostname {q(hostname[:63])}"]
+    lines = ["set -e", f"mount --bind {q(str(hosts))} /etc/hosts", f"hostname {q(hostname[:63])}"]
     for src, dst, ro in mounts:
-        lines.append(f"if [ -d {q(src)} ]; then mkdir -p {q(dst)}; "
-                     f"else mkdir -p \"$(dirname {q(dst)})\"; [ -e {q(dst)} ] || : > {q(dst)}; fi")
+        lines.append(
+            f"if [ -d {q(src)} ]; then mkdir -p {q(dst)}; "
+            f'else mkdir -p "$(dirname {q(dst)})"; [ -e {q(dst)} ] || : > {q(dst)}; fi'
+        )
         lines.append(f"mount --bind {q(src)} {q(dst)}")
         if ro:
             lines.append(f"mount -o remount,bind,ro {q(dst)}")
@@ -917,8 +1059,14 @@ def start_log_server(agent: Agent) -> None:
                     if chunk:
                         self._chunk(chunk)
                         continue
-                    runner = next((r for r in list(agent.pods.values())
-                                   if r.namespace == ns and r.name == pod), None)
+                    runner = next(
+                        (
+                            r
+                            for r in list(agent.pods.values())
+                            if r.namespace == ns and r.name == pod
+                        ),
+                        None,
+                    )
                     st = runner.statuses.get(container, {}) if runner else {}
                     if runner is None or "running" not in st.get("state", {}):
                         rest = f.read()
@@ -959,8 +1107,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-key", required=True)
     ap.add_argument("--nodes", required=True, help="JSON list of node specs")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s"
+    )
     Agent(args).run()
 
 

@@ -118,7 +118,9 @@ def build(*, jobs: int | None = None, force: bool = False, log=None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         t0 = time.monotonic()
-        log(f"building test-cluster binaries into {target} (go build -p {jobs}; cold: tens of minutes)")
+        log(
+            f"building test-cluster binaries into {target} (go build -p {jobs}; cold: tens of minutes)"
+        )
         common = ["go", "build", f"-p={jobs}", "-trimpath"]
         _run(
             [*common, f"-ldflags={_k8s_ldflags()}", "-o", str(tmp) + "/", *K8S_COMMANDS.values()],
@@ -126,7 +128,13 @@ def build(*, jobs: int | None = None, force: bool = False, log=None) -> Path:
             log,
         )
         _run(
-            [*common, f"-ldflags={_kueue_ldflags()}", "-o", str(tmp / "kueue"), *KUEUE_COMMANDS.values()],
+            [
+                *common,
+                f"-ldflags={_kueue_ldflags()}",
+                "-o",
+                str(tmp / "kueue"),
+                *KUEUE_COMMANDS.values(),
+            ],
             GO_DIR / "kueue",
             log,
         )

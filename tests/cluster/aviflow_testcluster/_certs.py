@@ -48,9 +48,15 @@ def _new_ca(cn: str) -> _CA:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -119,8 +125,13 @@ def generate(pki: Path) -> None:
     crt, key = _issue(
         ca,
         "kube-apiserver",
-        dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-             "kubernetes.default.svc.cluster.local"),
+        dns=(
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
         ips=("127.0.0.1", "10.96.0.1"),
         server=True,
     )
@@ -141,7 +152,9 @@ def generate(pki: Path) -> None:
         0o644,
     )
 
-    crt, key = _issue(ca, "aviflow-fake-kubelet", dns=("localhost",), ips=("127.0.0.1",), server=True)
+    crt, key = _issue(
+        ca, "aviflow-fake-kubelet", dns=("localhost",), ips=("127.0.0.1",), server=True
+    )
     _write(pki / "kubelet.crt", crt, 0o644)
     _write(pki / "kubelet.key", key)
 

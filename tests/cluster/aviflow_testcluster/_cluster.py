@@ -57,8 +57,14 @@ K8S_CONTROLLERS = (
 DEFAULT_KUEUE_FRAMEWORKS = ("batch/job",)
 
 # Order matters: stop() goes through it backwards.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue",
-              "node-agent")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kueue",
+    "node-agent",
+)
 
 
 class ClusterError(RuntimeError):
@@ -109,11 +115,21 @@ def _kubeconfig(server: str, ca: bytes, crt: bytes, key: bytes, user: str = "adm
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "aviflow-test", "cluster": {
-            "server": server, "certificate-authority-data": b64(ca)}}],
-        "users": [{"name": user, "user": {
-            "client-certificate-data": b64(crt), "client-key-data": b64(key)}}],
-        "contexts": [{"name": "aviflow-test", "context": {"cluster": "aviflow-test", "user": user}}],
+        "clusters": [
+            {
+                "name": "aviflow-test",
+                "cluster": {"server": server, "certificate-authority-data": b64(ca)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)},
+            }
+        ],
+        "contexts": [
+            {"name": "aviflow-test", "context": {"cluster": "aviflow-test", "user": user}}
+        ],
         "current-context": "aviflow-test",
     }
 
@@ -160,18 +176,25 @@ class Cluster:
         return env
 
     # ------------------------------------------------------------- helpers
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120) -> subprocess.CompletedProcess:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """Run the cluster's kubectl with this kubeconfig; returns the completed process."""
         env = dict(os.environ)
         env["KUBECONFIG"] = str(self.kubeconfig)
         proc = subprocess.run(
-            [str(self.kubectl_path), *args], input=input, capture_output=True, text=True,
-            env=env, timeout=timeout,
+            [str(self.kubectl_path), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
-                               f"{proc.stdout}\n{proc.stderr}")
+            raise ClusterError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
+                f"{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def api_client(self):
@@ -187,10 +210,12 @@ class Cluster:
         from ._agent import container_log_path
 
         return container_log_path(self.pods_dir, namespace, pod, container).read_text(
-            errors="replace")
+            errors="replace"
+        )
 
-    def create_namespace(self, name: str | None = None, *, labels: dict | None = None,
-                         timeout: float = 30) -> str:
+    def create_namespace(
+        self, name: str | None = None, *, labels: dict | None = None, timeout: float = 30
+    ) -> str:
         """Create a namespace (unique name by default) and wait for its default ServiceAccount.
 
         Pods are admitted only once the ServiceAccount exists (ServiceAccount admission).
@@ -201,8 +226,11 @@ class Cluster:
         with self.api_client() as api:
             core = client.CoreV1Api(api)
             core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
-            _wait(lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
-                  timeout, f"default ServiceAccount in {name}")
+            _wait(
+                lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+                timeout,
+                f"default ServiceAccount in {name}",
+            )
         return name
 
     def processes(self) -> list[int]:
@@ -232,9 +260,19 @@ class Cluster:
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         cid = uuid.uuid4().hex
-        ports = {name: free_port() for name in (
-            "etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kueue-webhook",
-            "kueue-health", "kubelet")}
+        ports = {
+            name: free_port()
+            for name in (
+                "etcd",
+                "etcd-peer",
+                "apiserver",
+                "kcm",
+                "scheduler",
+                "kueue-webhook",
+                "kueue-health",
+                "kubelet",
+            )
+        }
         self = cls(workdir=workdir, id=cid, bin_dir=bin_dir, ports=ports)
         self.ip_block = _claim_ip_block(_CLAIMS_ROOT, cid)
         self.nodes = [n.to_json() for n in _nodes.default_nodes(hgx_nodes, cpu_nodes)]
@@ -249,8 +287,13 @@ class Cluster:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        p = _procs.spawn(argv, env=env or self._env(), log=self.logs_dir / f"{name}.log",
-                         cwd=self.workdir, die_with_parent=self._die_with_parent)
+        p = _procs.spawn(
+            argv,
+            env=env or self._env(),
+            log=self.logs_dir / f"{name}.log",
+            cwd=self.workdir,
+            die_with_parent=self._die_with_parent,
+        )
         self._popen[name] = p
         self.pids[name] = p.pid
         self._save()
@@ -265,8 +308,9 @@ class Cluster:
         d, pki, b = self.workdir, self.workdir / "pki", self.bin_dir
         _certs.generate(pki)
         ca = (pki / "ca.crt").read_bytes()
-        kc = _kubeconfig(self.server, ca, (pki / "admin.crt").read_bytes(),
-                         (pki / "admin.key").read_bytes())
+        kc = _kubeconfig(
+            self.server, ca, (pki / "admin.crt").read_bytes(), (pki / "admin.key").read_bytes()
+        )
         self.kubeconfig.write_text(yaml.safe_dump(kc))
         self.kubeconfig.chmod(0o600)
         self._save()
@@ -274,37 +318,54 @@ class Cluster:
         p = self.ports
         etcd_url = f"http://127.0.0.1:{p['etcd']}"
         peer_url = f"http://127.0.0.1:{p['etcd-peer']}"
-        self._spawn("etcd", [
-            str(b / "etcd"), "--name=node0", f"--data-dir={d / 'etcd'}",
-            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=node0={peer_url}", "--unsafe-no-fsync",
-            "--auto-compaction-retention=1", "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(b / "etcd"),
+                "--name=node0",
+                f"--data-dir={d / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=node0={peer_url}",
+                "--unsafe-no-fsync",
+                "--auto-compaction-retention=1",
+                "--log-level=warn",
+            ],
+        )
         self._wait_http("etcd", f"{etcd_url}/health", timeout)
 
-        self._spawn("kube-apiserver", [
-            str(b / "kube-apiserver"),
-            f"--etcd-servers={etcd_url}", "--etcd-prefix=/registry",
-            "--bind-address=127.0.0.1", f"--secure-port={p['apiserver']}",
-            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            # Nothing removes the not-ready taint this plugin adds (no node-lifecycle
-            # controller); the agent reports Ready nodes instead.
-            "--disable-admission-plugins=TaintNodesByCondition",
-            f"--kubelet-client-certificate={pki / 'admin.crt'}",
-            f"--kubelet-client-key={pki / 'admin.key'}",
-            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--profiling=false", f"--cert-dir={d / 'apiserver-certs'}",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(b / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--etcd-prefix=/registry",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p['apiserver']}",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                # Nothing removes the not-ready taint this plugin adds (no node-lifecycle
+                # controller); the agent reports Ready nodes instead.
+                "--disable-admission-plugins=TaintNodesByCondition",
+                f"--kubelet-client-certificate={pki / 'admin.crt'}",
+                f"--kubelet-client-key={pki / 'admin.key'}",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--profiling=false",
+                f"--cert-dir={d / 'apiserver-certs'}",
+            ],
+        )
         self._wait_https("kube-apiserver", f"{self.server}/readyz", timeout, ca=pki / "ca.crt")
 
         common_auth = [
@@ -314,50 +375,84 @@ class Cluster:
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--bind-address=127.0.0.1",
         ]
-        self._spawn("kube-controller-manager", [
-            str(b / "kube-controller-manager"), *common_auth,
-            f"--secure-port={p['kcm']}", "--leader-elect=false",
-            f"--cert-dir={d / 'kcm-certs'}",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            "--use-service-account-credentials=false",
-            "--controllers=" + ",".join(K8S_CONTROLLERS),
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(b / "kube-controller-manager"),
+                *common_auth,
+                f"--secure-port={p['kcm']}",
+                "--leader-elect=false",
+                f"--cert-dir={d / 'kcm-certs'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=false",
+                "--controllers=" + ",".join(K8S_CONTROLLERS),
+            ],
+        )
         sched_cfg = d / "scheduler.yaml"
-        sched_cfg.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig)},
-            "leaderElection": {"leaderElect": False},
-        }))
-        self._spawn("kube-scheduler", [
-            str(b / "kube-scheduler"), *common_auth[1:], f"--config={sched_cfg}",
-            f"--secure-port={p['scheduler']}", f"--cert-dir={d / 'scheduler-certs'}",
-        ])
+        sched_cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(b / "kube-scheduler"),
+                *common_auth[1:],
+                f"--config={sched_cfg}",
+                f"--secure-port={p['scheduler']}",
+                f"--cert-dir={d / 'scheduler-certs'}",
+            ],
+        )
 
         self._install_kueue(frameworks)
-        self._spawn("node-agent", [
-            sys.executable, "-m", "aviflow_testcluster._agent",
-            f"--kubeconfig={self.kubeconfig}", f"--state-dir={d / 'agent'}",
-            f"--cluster-id={self.id}", f"--ip-block={self.ip_block}",
-            f"--kubelet-port={p['kubelet']}", f"--tls-cert={pki / 'kubelet.crt'}",
-            f"--tls-key={pki / 'kubelet.key'}", f"--nodes={d / 'nodes.json'}",
-            f"--kubernetes-port={p['apiserver']}",
-        ], env={**self._env(), "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])})
+        self._spawn(
+            "node-agent",
+            [
+                sys.executable,
+                "-m",
+                "aviflow_testcluster._agent",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--state-dir={d / 'agent'}",
+                f"--cluster-id={self.id}",
+                f"--ip-block={self.ip_block}",
+                f"--kubelet-port={p['kubelet']}",
+                f"--tls-cert={pki / 'kubelet.crt'}",
+                f"--tls-key={pki / 'kubelet.key'}",
+                f"--nodes={d / 'nodes.json'}",
+                f"--kubernetes-port={p['apiserver']}",
+            ],
+            env={
+                **self._env(),
+                "PYTHONPATH": os.pathsep.join(
+                    [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+                ),
+            },
+        )
 
         # The agent outlives this launcher under `make cluster-up`; it owns the IP block.
         (_CLAIMS_ROOT / "ip-blocks" / str(self.ip_block)).write_text(
-            json.dumps({"pid": self.pids["node-agent"], "id": self.id}))
+            json.dumps({"pid": self.pids["node-agent"], "id": self.id})
+        )
 
-        self._wait_https("kube-controller-manager", f"https://127.0.0.1:{p['kcm']}/healthz",
-                         timeout, ca=None)
-        self._wait_https("kube-scheduler", f"https://127.0.0.1:{p['scheduler']}/healthz",
-                         timeout, ca=None)
+        self._wait_https(
+            "kube-controller-manager", f"https://127.0.0.1:{p['kcm']}/healthz", timeout, ca=None
+        )
+        self._wait_https(
+            "kube-scheduler", f"https://127.0.0.1:{p['scheduler']}/healthz", timeout, ca=None
+        )
         self._wait_http("kueue", f"http://127.0.0.1:{p['kueue-health']}/readyz", timeout)
         self._wait_ready(timeout)
-        log(f"test cluster {self.id[:8]} up in {time.monotonic() - t0:.1f}s "
-            f"(KUBECONFIG={self.kubeconfig})")
+        log(
+            f"test cluster {self.id[:8]} up in {time.monotonic() - t0:.1f}s "
+            f"(KUBECONFIG={self.kubeconfig})"
+        )
 
     def _install_kueue(self, frameworks: list[str]) -> None:
         from kubernetes import client
@@ -380,8 +475,11 @@ class Cluster:
             def established() -> bool:
                 for name in names:
                     st = ext.read_custom_resource_definition(name).status
-                    if not any(c.type == "Established" and c.status == "True"
-                               for c in (st.conditions or []) if st):
+                    if not any(
+                        c.type == "Established" and c.status == "True"
+                        for c in (st.conditions or [])
+                        if st
+                    ):
                         return False
                 return True
 
@@ -392,19 +490,38 @@ class Cluster:
                 else:
                     adm.create_validating_webhook_configuration(cfg)
         cfg_path = d / "kueue.yaml"
-        cfg_path.write_text(yaml.safe_dump(_kueue.configuration(
-            webhook_port=port, health_port=self.ports["kueue-health"],
-            cert_dir=pki / "webhook", frameworks=frameworks)))
+        cfg_path.write_text(
+            yaml.safe_dump(
+                _kueue.configuration(
+                    webhook_port=port,
+                    health_port=self.ports["kueue-health"],
+                    cert_dir=pki / "webhook",
+                    frameworks=frameworks,
+                )
+            )
+        )
         # Kueue (internal cert management off) loads its metrics certificate from the
         # fixed path /etc/kueue/metrics/certs; give it ours in a private mount namespace.
         metrics_certs = Path("/etc/kueue/metrics/certs")
         metrics_certs.mkdir(parents=True, exist_ok=True)
-        self._spawn("kueue", [
-            "unshare", "--mount", "--propagation", "private", "--",
-            "sh", "-c", 'mount --bind "$0" /etc/kueue/metrics/certs && exec "$@"',
-            str(pki / "webhook"), str(self.bin_dir / "kueue"), f"--config={cfg_path}",
-            "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=info",
-        ])
+        self._spawn(
+            "kueue",
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                'mount --bind "$0" /etc/kueue/metrics/certs && exec "$@"',
+                str(pki / "webhook"),
+                str(self.bin_dir / "kueue"),
+                f"--config={cfg_path}",
+                "--feature-gates=VisibilityOnDemand=false",
+                "--zap-log-level=info",
+            ],
+        )
 
     def _wait_ready(self, timeout: float) -> None:
         """Nodes Ready, default SA present, Kueue's webhooks answering a dry-run."""
@@ -417,23 +534,38 @@ class Cluster:
 
             def nodes_ready() -> bool:
                 self._check_all()
-                ready = [n for n in core.list_node().items
-                         if any(c.type == "Ready" and c.status == "True"
-                                for c in (n.status.conditions or []))]
+                ready = [
+                    n
+                    for n in core.list_node().items
+                    if any(
+                        c.type == "Ready" and c.status == "True"
+                        for c in (n.status.conditions or [])
+                    )
+                ]
                 return len(ready) == len(self.nodes)
 
             _wait(nodes_ready, deadline - time.monotonic(), "fake nodes Ready")
-            _wait(lambda: _exists(lambda: core.read_namespaced_service_account(
-                "default", "default")), deadline - time.monotonic(), "default ServiceAccount")
+            _wait(
+                lambda: _exists(lambda: core.read_namespaced_service_account("default", "default")),
+                deadline - time.monotonic(),
+                "default ServiceAccount",
+            )
 
             def webhook_ok() -> bool:
                 self._check_all()
                 try:
                     co.create_cluster_custom_object(
-                        "kueue.x-k8s.io", "v1beta2", "clusterqueues",
-                        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-                         "metadata": {"name": "readiness-probe"}, "spec": {}},
-                        dry_run="All")
+                        "kueue.x-k8s.io",
+                        "v1beta2",
+                        "clusterqueues",
+                        {
+                            "apiVersion": "kueue.x-k8s.io/v1beta2",
+                            "kind": "ClusterQueue",
+                            "metadata": {"name": "readiness-probe"},
+                            "spec": {},
+                        },
+                        dry_run="All",
+                    )
                     return True
                 except client.ApiException:
                     return False
@@ -474,8 +606,12 @@ class Cluster:
     # ----------------------------------------------------------- state file
     def _save(self) -> None:
         state = {
-            "workdir": str(self.workdir), "id": self.id, "bin_dir": str(self.bin_dir),
-            "ports": self.ports, "pids": self.pids, "ip_block": self.ip_block,
+            "workdir": str(self.workdir),
+            "id": self.id,
+            "bin_dir": str(self.bin_dir),
+            "ports": self.ports,
+            "pids": self.pids,
+            "ip_block": self.ip_block,
             "nodes": self.nodes,
         }
         state["launcher_pid"] = os.getpid()
@@ -501,8 +637,9 @@ class Cluster:
             if not pid:
                 continue
             # node-agent kills its pods on SIGTERM; give it the longest grace.
-            _procs.stop_group(pid, grace * 2 if name == "node-agent" else grace,
-                              reap=self._popen.get(name))
+            _procs.stop_group(
+                pid, grace * 2 if name == "node-agent" else grace, reap=self._popen.get(name)
+            )
         leftovers = _procs.sweep(self.id, prefix=True)
         self.pids.clear()
         self._popen.clear()

@@ -76,8 +76,9 @@ def webhook_configurations(src: Path, port: int, ca_pem: bytes) -> list[dict]:
     return configs
 
 
-def configuration(*, webhook_port: int, health_port: int, cert_dir: Path,
-                  frameworks: list[str]) -> dict:
+def configuration(
+    *, webhook_port: int, health_port: int, cert_dir: Path, frameworks: list[str]
+) -> dict:
     """Kueue's Configuration for an out-of-cluster run on loopback."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",

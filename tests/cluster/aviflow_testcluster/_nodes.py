@@ -39,8 +39,12 @@ class NodeSpec:
         }
 
     def to_json(self) -> dict:
-        return {"name": self.name, "labels": self.labels, "capacity": self.capacity,
-                "taints": self.taints}
+        return {
+            "name": self.name,
+            "labels": self.labels,
+            "capacity": self.capacity,
+            "taints": self.taints,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> NodeSpec:

@@ -117,9 +117,9 @@ def marked_pids(value: str, *, prefix: bool = False) -> list[int]:
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if any(e == needle or (prefix and e.startswith(needle)) for e in env):
-            if alive(int(entry.name)):
-                found.append(int(entry.name))
+        marked = any(e == needle or (prefix and e.startswith(needle)) for e in env)
+        if marked and alive(int(entry.name)):
+            found.append(int(entry.name))
     return found
 
 

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,12 +23,12 @@ __all__ = ["k8s_cluster", "k8s_namespace", "pytest_collection_modifyitems"]
 
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Build the binaries up front when a selected test needs the cluster."""
-    if any("k8s_cluster" in getattr(item, "fixturenames", ()) for item in items):
-        if not _build.binaries_present():
-            tr = config.pluginmanager.get_plugin("terminalreporter")
-            if tr is not None:
-                tr.write_line("aviflow test cluster: building binaries (cold cache: long)")
-            _build.build()
+    needed = any("k8s_cluster" in getattr(item, "fixturenames", ()) for item in items)
+    if needed and not _build.binaries_present():
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line("aviflow test cluster: building binaries (cold cache: long)")
+        _build.build()
 
 
 @contextlib.contextmanager
@@ -48,18 +49,28 @@ def _users(path: Path) -> list[int]:
     return [p for p in pids if _procs.alive(p)]
 
 
+def _stop_and_check(cluster: Cluster) -> None:
+    swept = cluster.stop()
+    left = cluster.processes()
+    if left:
+        pytest.fail(f"test cluster left processes behind: {left}")
+    if swept:
+        warnings.warn(f"test cluster teardown had to SIGKILL stray pids {swept}", stacklevel=1)
+
+
 @pytest.fixture(scope="session")
 def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
     """A running test cluster shared by the whole session (and by xdist workers)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
-        cluster = Cluster.start(tmp_path_factory.mktemp("k8s-cluster", numbered=True),
-                                die_with_parent=True)
+        cluster = Cluster.start(
+            tmp_path_factory.mktemp("k8s-cluster", numbered=True), die_with_parent=True
+        )
         atexit.register(cluster.stop)
         try:
             yield cluster
         finally:
-            cluster.stop()
+            _stop_and_check(cluster)
         return
 
     # xdist: one cluster for all workers; the last worker to leave stops it.
@@ -84,7 +95,7 @@ def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
             left = [p for p in _users(users_file) if p != os.getpid()]
             users_file.write_text(json.dumps(left))
             if not left:
-                cluster.stop()
+                _stop_and_check(cluster)
 
     atexit.register(leave)
     try:
