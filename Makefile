@@ -42,3 +42,6 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# make cluster-up / cluster-down / cluster-build / test-cluster (tests/cluster/README.md)
+include tests/cluster/cluster.mk
