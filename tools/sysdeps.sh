@@ -4,6 +4,16 @@
 set -euo pipefail
 need_apt=()
 # (sections are added by the features that need them)
+# --- hub (issue 5): PostgreSQL server binaries for the ledger tests (the tests start a
+# throwaway cluster with initdb/pg_ctl), and configurable-http-proxy from npm for the real
+# JupyterHub the hub tests and `make hub` start.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need_apt+=(postgresql)
+fi
+if ! command -v configurable-http-proxy >/dev/null 2>&1; then
+  npm install -g --no-fund --no-audit configurable-http-proxy@4.6.3
+fi
+# --- end hub
 if ((${#need_apt[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

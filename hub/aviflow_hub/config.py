@@ -1,0 +1,337 @@
+"""The hub's one configuration source: a strict YAML document (the Helm chart mounts it).
+
+Every section is validated before JupyterHub or the service reads it: an unknown key is an
+error that names the key and suggests the closest valid one, and wrong types are refused.
+
+>>> cfg = HubConfig.from_dict({"teams": [{"name": "vision", "groups": ["vision"], "queue": "vision"}]})
+>>> cfg.team_named("vision").queue
+'vision'
+
+``load_config(path)`` reads a file; without a path it reads ``$AVIFLOW_HUB_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from aviflow._units import parse_quantity
+from aviflow.errors import AviflowError
+from aviflow.names import is_dns1123_label
+
+CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
+SERVICE_NAME = "aviflow-api"
+CULLER_NAME = "idle-culler"
+
+
+class ConfigError(AviflowError, ValueError):
+    """The hub configuration is invalid; ``problems`` has one line per problem."""
+
+    def __init__(self, problems: list[str] | str, source: str = "hub config") -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__(f"invalid {source}:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
+
+
+def _quantity(v: str | int | None, what: str) -> str | int | None:
+    if v is None:
+        return v
+    try:
+        if parse_quantity(v) <= 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{v!r} is not a positive {what} quantity, e.g. '2', '500m', '8Gi'") from None
+    return v
+
+
+class HubSection(_Strict):
+    bind: str = Field("127.0.0.1", description="Address the proxy listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="Public port of the proxy.")
+    hub_port: int = Field(8081, alias="hubPort", ge=1, le=65535)
+    proxy_api_port: int | None = Field(None, alias="proxyApiPort", ge=1, le=65535)
+    hub_connect_url: str | None = Field(None, alias="hubConnectUrl",
+                                        description="URL notebooks use to reach the hub API.")
+    data_dir: str = Field(".hub", alias="dataDir",
+                          description="State dir: hub database, cookie secret, local user homes.")
+    db_url: str | None = Field(None, alias="dbUrl")
+    admins: list[str] = Field(default_factory=list)
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict, description="Groups loaded at start (dev); OAuth manages them otherwise.")
+    spawner: Literal["local", "kubernetes"] = "local"
+    namespace: str | None = None
+    default_url: str = Field("/lab", alias="defaultUrl")
+
+
+class DevAuth(_Strict):
+    user_password: str = Field(alias="userPassword", min_length=8)
+    admin_password: str | None = Field(None, alias="adminPassword", min_length=32)
+
+
+class GenericOAuth(_Strict):
+    client_id: str = Field(alias="clientId")
+    client_secret: str = Field(alias="clientSecret")
+    authorize_url: str = Field(alias="authorizeUrl")
+    token_url: str = Field(alias="tokenUrl")
+    userdata_url: str = Field(alias="userdataUrl")
+    callback_url: str = Field(alias="callbackUrl")
+    scope: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
+    username_claim: str = Field("preferred_username", alias="usernameClaim")
+    groups_claim: str | None = Field("groups", alias="groupsClaim",
+                                     description="Claim holding the user's groups; the hub then manages groups.")
+    admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
+
+
+class AuthSection(_Strict):
+    type: Literal["dev", "generic-oauth"] = "dev"
+    dev: DevAuth | None = None
+    generic_oauth: GenericOAuth | None = Field(None, alias="genericOAuth")
+
+    @model_validator(mode="after")
+    def _matching(self) -> AuthSection:
+        if self.type == "dev" and self.dev is None:
+            raise ValueError("type 'dev' needs a 'dev' section with userPassword")
+        if self.type == "generic-oauth" and self.generic_oauth is None:
+            raise ValueError("type 'generic-oauth' needs a 'genericOAuth' section")
+        return self
+
+
+class Team(_Strict):
+    name: str
+    groups: list[str] = Field(description="Hub groups whose members belong to the team.")
+    admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
+    admins: list[str] = Field(default_factory=list, description="Users who administer the team.")
+    queue: str = Field(description="The team's Kueue LocalQueue name.")
+    gpu_quota: int = Field(8, alias="gpuQuota", ge=0, description="GPUs the queue may hold at once.")
+
+    @field_validator("name", "queue")
+    @classmethod
+    def _label(cls, v: str) -> str:
+        if not is_dns1123_label(v):
+            raise ValueError(f"{v!r} must be a DNS-1123 label (lowercase letters, digits, '-')")
+        return v
+
+
+class Profile(_Strict):
+    slug: str
+    display_name: str = Field(alias="displayName")
+    description: str = ""
+    cpu: str | int = Field(description="CPU cores guaranteed and limited, e.g. 2 or '500m'.")
+    memory: str = Field(description="Memory guaranteed and limited, e.g. '8Gi'.")
+    image: str
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    groups: list[str] = Field(default_factory=list,
+                              description="Groups allowed to use the profile; empty means everyone.")
+    default: bool = False
+
+    @field_validator("slug")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not is_dns1123_label(v):
+            raise ValueError(f"{v!r} must be a DNS-1123 label")
+        return v
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, v: str | int) -> str | int:
+        return _quantity(v, "CPU")  # type: ignore[return-value]
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        return _quantity(v, "memory")  # type: ignore[return-value]
+
+
+class StorageSection(_Strict):
+    capacity: str = "10Gi"
+    storage_class: str | None = Field(None, alias="storageClass")
+    mount_path: str = Field("/home/jovyan", alias="mountPath")
+
+    @field_validator("capacity")
+    @classmethod
+    def _capacity(cls, v: str) -> str:
+        return _quantity(v, "storage")  # type: ignore[return-value]
+
+
+class CullerSection(_Strict):
+    enabled: bool = True
+    timeout: int = Field(3600, ge=60, description="Seconds of inactivity before a notebook is stopped.")
+    every: int = Field(300, ge=10, description="Seconds between culler runs.")
+    max_age: int = Field(0, alias="maxAge", ge=0, description="Stop notebooks older than this (0: never).")
+
+
+class ApiSection(_Strict):
+    bind: str = "127.0.0.1"
+    port: int = Field(8088, ge=1, le=65535)
+    url: str | None = Field(None, description="URL the hub uses for the service (default from bind/port).")
+    notebook_url: str | None = Field(
+        None, alias="notebookUrl",
+        description="Base URL notebooks use for aviflow-api (default: the service URL + prefix).")
+    database: str | None = Field(None, description="SQLAlchemy URL of the ledger (default SQLite in dataDir).")
+    backend: str = "local"
+    run_root: str | None = Field(None, alias="runRoot")
+    local_capacity: int | None = Field(None, alias="localCapacity", ge=1)
+    ingest_every: float = Field(5.0, alias="ingestEvery", gt=0)
+
+
+class HubConfig(_Strict):
+    hub: HubSection = Field(default_factory=HubSection)  # type: ignore[arg-type]
+    auth: AuthSection = Field(default_factory=lambda: AuthSection(dev=DevAuth(userPassword="aviflow-dev")))
+    teams: list[Team] = Field(default_factory=list)
+    profiles: list[Profile] = Field(default_factory=list)
+    storage: StorageSection = Field(default_factory=StorageSection)  # type: ignore[arg-type]
+    culler: CullerSection = Field(default_factory=CullerSection)  # type: ignore[arg-type]
+    api: ApiSection = Field(default_factory=ApiSection)  # type: ignore[arg-type]
+    # Relative paths in the file are relative to the file's directory.
+    _base: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="after")
+    def _unique(self) -> HubConfig:
+        for what, names in (("team name", [t.name for t in self.teams]),
+                            ("team queue", [t.queue for t in self.teams]),
+                            ("profile slug", [p.slug for p in self.profiles])):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"duplicate {what}: {', '.join(dup)}")
+        if sum(p.default for p in self.profiles) > 1:
+            raise ValueError("at most one profile may be the default")
+        return self
+
+    # -- construction -----------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "hub config") -> HubConfig:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"the top level must be a mapping, got {type(data).__name__}", source)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc), source) from None
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "hub config") -> HubConfig:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"not valid YAML: {exc}", source) from None
+        return cls.from_dict(data, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+    # -- lookups ----------------------------------------------------------------------------------
+    def team_named(self, name: str) -> Team:
+        for team in self.teams:
+            if team.name == name:
+                return team
+        raise KeyError(name)
+
+    def team_for_queue(self, queue: str) -> Team | None:
+        return next((t for t in self.teams if t.queue == queue), None)
+
+    @property
+    def api_url(self) -> str:
+        """Where the hub (and the proxy) reach the service."""
+        return self.api.url or f"http://{self.api.bind}:{self.api.port}"
+
+    @property
+    def service_prefix(self) -> str:
+        return f"/services/{SERVICE_NAME}/"
+
+    @property
+    def notebook_api_url(self) -> str:
+        """What a notebook puts in front of ``api/v1/...`` to reach the service."""
+        return (self.api.notebook_url or self.api_url).rstrip("/") + self.service_prefix
+
+    def resolve(self, path: str, base: Path | None = None) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (base or self._base) / p
+
+    def data_path(self, base: Path | None = None) -> Path:
+        return self.resolve(self.hub.data_dir, base)
+
+    def ledger_url(self) -> str:
+        return self.api.database or f"sqlite:///{self.data_path() / 'aviflow-ledger.sqlite'}"
+
+    def run_root(self) -> Path:
+        return self.resolve(self.api.run_root) if self.api.run_root else self.data_path() / "runs"
+
+
+def load_config(path: str | Path | None = None) -> HubConfig:
+    """Read and validate the hub configuration (``$AVIFLOW_HUB_CONFIG`` when no path)."""
+    if path is None:
+        path = os.environ.get(CONFIG_ENV)
+        if not path:
+            raise ConfigError(f"no config file given and ${CONFIG_ENV} is not set")
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc.strerror}", str(p)) from None
+    cfg = HubConfig.from_yaml(text, source=str(p))
+    cfg._base = p.resolve().parent
+    return cfg
+
+
+# -- error messages ------------------------------------------------------------------------------
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = HubConfig
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return None
+        model = _inner_model(field.annotation)
+    return model
+
+
+def _inner_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _explain(exc: ValidationError) -> list[str]:
+    problems: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper()))
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            valid = [f.alias or n for n, f in parent.model_fields.items()] if parent else []
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+            hint = (f"; did you mean '{close[0]}'?" if close
+                    else f"; valid keys: {', '.join(valid)}" if valid else "")
+            problems.append(f"{where}: unknown key{hint}")
+        elif err["type"] == "missing":
+            problems.append(f"{where}: required key is missing")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = err.get("input")
+            shown = f" (got {type(got).__name__} {got!r})" if err["type"].endswith("_type") else ""
+            problems.append(f"{where}: {msg}{shown}")
+    return problems

@@ -1,0 +1,161 @@
+"""The JupyterHub settings a :class:`HubConfig` stands for, built as plain data.
+
+``hub_settings(cfg, config_path)`` returns ``{ConfigurableClass: {trait: value}}``; the real
+config file (``jupyterhub_config.py`` in this package) only copies it into ``c``. Keeping
+the mapping pure makes it testable with full expected dicts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from aviflow_hub.authz import CUSTOM_SCOPES, READ_SCOPE, SUBMIT_SCOPE
+from aviflow_hub.config import CULLER_NAME, SERVICE_NAME, HubConfig
+
+API_URL_ENV = "AVIFLOW_API_URL"
+SERVICE_ACCESS = f"access:services!service={SERVICE_NAME}"
+USER_SCOPES = ["self", SERVICE_ACCESS, READ_SCOPE, SUBMIT_SCOPE]
+# $JUPYTERHUB_API_TOKEN of a notebook: the server role's scopes plus aviflow-api access.
+SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
+                       READ_SCOPE, SUBMIT_SCOPE]
+# The service reads users' groups and admin flag to authorize; nothing more.
+SERVICE_SCOPES = ["list:users", "read:users", "read:groups"]
+# jupyterhub-idle-culler: notebook servers only. It has no scope over aviflow-api, so it can
+# never touch a training job (jobs are not hub servers).
+CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
+
+
+def notebook_environment(cfg: HubConfig) -> dict[str, str]:
+    """What a spawned notebook needs to reach aviflow-api (with its $JUPYTERHUB_API_TOKEN)."""
+    return {API_URL_ENV: cfg.notebook_api_url}
+
+
+def roles(cfg: HubConfig) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"name": "user", "description": "Hub users: their notebook and their Aviflow jobs",
+         "scopes": list(USER_SCOPES)},
+        {"name": "aviflow-api", "description": "aviflow-api reads users and groups to authorize",
+         "scopes": list(SERVICE_SCOPES), "services": [SERVICE_NAME]},
+    ]
+    if cfg.culler.enabled:
+        out.append({"name": CULLER_NAME, "description": "Stop idle notebook servers",
+                    "scopes": list(CULLER_SCOPES), "services": [CULLER_NAME]})
+    return out
+
+
+def services(cfg: HubConfig, config_path: Path, python: str = sys.executable) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{
+        "name": SERVICE_NAME,
+        "display": True,
+        "url": cfg.api_url,
+        "command": [python, "-m", "aviflow_hub.service", "--config", str(config_path)],
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": [READ_SCOPE, SUBMIT_SCOPE],
+    }]
+    if cfg.culler.enabled:
+        cmd = [python, "-m", "jupyterhub_idle_culler", f"--timeout={cfg.culler.timeout}",
+               f"--cull-every={cfg.culler.every}"]
+        if cfg.culler.max_age:
+            cmd.append(f"--max-age={cfg.culler.max_age}")
+        out.append({"name": CULLER_NAME, "command": cmd})
+    return out
+
+
+def authenticator(cfg: HubConfig) -> dict[str, dict[str, Any]]:
+    admins = set(cfg.hub.admins)
+    if cfg.auth.type == "dev":
+        dev = cfg.auth.dev
+        assert dev is not None
+        users = admins | {u for members in cfg.hub.groups.values() for u in members}
+        auth: dict[str, Any] = {"user_password": dev.user_password}
+        if dev.admin_password:
+            auth["admin_password"] = dev.admin_password
+        return {
+            "JupyterHub": {"authenticator_class": "shared-password"},
+            "Authenticator": {"admin_users": admins, "allowed_users": users, "allow_all": False},
+            "SharedPasswordAuthenticator": auth,
+        }
+    oauth = cfg.auth.generic_oauth
+    assert oauth is not None
+    generic: dict[str, Any] = {
+        "client_id": oauth.client_id,
+        "client_secret": oauth.client_secret,
+        "authorize_url": oauth.authorize_url,
+        "token_url": oauth.token_url,
+        "userdata_url": oauth.userdata_url,
+        "oauth_callback_url": oauth.callback_url,
+        "scope": list(oauth.scope),
+        "username_claim": oauth.username_claim,
+        "allow_all": True,
+    }
+    if oauth.groups_claim:
+        generic.update(manage_groups=True, auth_state_groups_key=f"oauth_user.{oauth.groups_claim}")
+    if oauth.admin_groups:
+        generic["admin_groups"] = set(oauth.admin_groups)
+    return {
+        "JupyterHub": {"authenticator_class": "generic-oauth"},
+        "Authenticator": {"admin_users": admins},
+        "GenericOAuthenticator": generic,
+    }
+
+
+def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dict[str, dict[str, Any]]:
+    env = notebook_environment(cfg)
+    common = {"environment": env, "default_url": cfg.hub.default_url,
+              "server_token_scopes": list(SERVER_TOKEN_SCOPES)}
+    if cfg.hub.spawner == "local":
+        return {
+            "JupyterHub": {"spawner_class": "aviflow_hub.spawners.LocalNotebookSpawner"},
+            "Spawner": {**common, "cmd": [python, "-m", "jupyterhub.singleuser"]},
+            "LocalNotebookSpawner": {"homes_root": str(data_dir / "users")},
+        }
+    from aviflow_hub.profiles import ProfileList
+
+    kube: dict[str, Any] = {
+        "profile_list": ProfileList(cfg),
+        "storage_pvc_ensure": True,
+        "pvc_name_template": "aviflow-home-{user_server}",
+        "storage_capacity": cfg.storage.capacity,
+        "storage_access_modes": ["ReadWriteOnce"],
+        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}],
+        "volume_mounts": [{"name": "home", "mountPath": cfg.storage.mount_path}],
+        "extra_labels": {"app.kubernetes.io/part-of": "aviflow"},
+    }
+    if cfg.storage.storage_class:
+        kube["storage_class"] = cfg.storage.storage_class
+    if cfg.hub.namespace:
+        kube["namespace"] = cfg.hub.namespace
+    return {"JupyterHub": {"spawner_class": "kubespawner.KubeSpawner"},
+            "Spawner": common, "KubeSpawner": kube}
+
+
+def hub_settings(cfg: HubConfig, config_path: Path, base_dir: Path | None = None,
+                 python: str = sys.executable) -> dict[str, dict[str, Any]]:
+    """Every JupyterHub setting the config implies, as ``{class: {trait: value}}``."""
+    data_dir = cfg.data_path(base_dir)
+    out: dict[str, dict[str, Any]] = {
+        "JupyterHub": {
+            "bind_url": f"http://{cfg.hub.bind}:{cfg.hub.port}",
+            "hub_port": cfg.hub.hub_port,
+            "db_url": cfg.hub.db_url or f"sqlite:///{data_dir / 'jupyterhub.sqlite'}",
+            "cookie_secret_file": str(data_dir / "jupyterhub_cookie_secret"),
+            "pid_file": str(data_dir / "jupyterhub.pid"),
+            "custom_scopes": {k: dict(v) for k, v in CUSTOM_SCOPES.items()},
+            "load_roles": roles(cfg),
+            "services": services(cfg, config_path, python),
+            "cleanup_servers": True,
+        },
+        "ConfigurableHTTPProxy": {"pid_file": str(data_dir / "proxy.pid")},
+    }
+    if cfg.hub.proxy_api_port:
+        out["ConfigurableHTTPProxy"]["api_url"] = f"http://127.0.0.1:{cfg.hub.proxy_api_port}"
+    if cfg.hub.hub_connect_url:
+        out["JupyterHub"]["hub_connect_url"] = cfg.hub.hub_connect_url
+    if cfg.hub.groups and cfg.auth.type == "dev":
+        out["JupyterHub"]["load_groups"] = {g: {"users": list(u)} for g, u in cfg.hub.groups.items()}
+    for part in (authenticator(cfg), spawner(cfg, data_dir, python)):
+        for cls, traits in part.items():
+            out.setdefault(cls, {}).update(traits)
+    return out
