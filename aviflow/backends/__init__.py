@@ -24,11 +24,18 @@ def available() -> dict[str, str]:
     return found
 
 
+def _default_name() -> str:
+    """``hub`` inside a hub-spawned notebook (it has the service URL and a hub token), else ``local``."""
+    if os.environ.get("AVIFLOW_API_URL") and os.environ.get("JUPYTERHUB_API_TOKEN") and "hub" in available():
+        return "hub"
+    return "local"
+
+
 def get_backend(backend: str | Backend | None = None) -> Backend:
-    """A backend instance: given, named, ``$AVIFLOW_BACKEND``, or ``local``."""
+    """A backend instance: given, named, ``$AVIFLOW_BACKEND``, ``hub`` in a hub notebook, or ``local``."""
     if isinstance(backend, Backend):
         return backend
-    name = backend or os.environ.get("AVIFLOW_BACKEND") or "local"
+    name = backend or os.environ.get("AVIFLOW_BACKEND") or _default_name()
     target = available().get(name)
     if target is None:
         raise BackendError(f"unknown backend {name!r}; available: {', '.join(sorted(available()))}")

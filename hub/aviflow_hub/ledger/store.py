@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import create_engine, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
 
 from aviflow.backends.base import Backend
 from aviflow.errors import JobNotFound
@@ -50,7 +51,12 @@ def job_info_from_backend(backend: Backend, job_id: str) -> JobInfo:
 
 class Ledger:
     def __init__(self, url: str) -> None:
-        self.engine = create_engine(url)
+        kw: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kw["connect_args"] = {"check_same_thread": False}
+            if url in ("sqlite://", "sqlite:///:memory:"):
+                kw["poolclass"] = StaticPool  # one shared in-memory database
+        self.engine = create_engine(url, **kw)
         self._insert = _insert_for(self.engine)
         Base.metadata.create_all(self.engine)
 
@@ -92,6 +98,7 @@ class Ledger:
             try:
                 row = known.get(job_id)
                 info = _info_from_row(row) if row else job_info_from_backend(backend, job_id)
+                backend.status(job_id)  # lets the backend record an end it alone can notice
                 self.record_events(info, backend.events(job_id))
             except JobNotFound:
                 continue

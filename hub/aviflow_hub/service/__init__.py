@@ -1,0 +1,1 @@
+"""aviflow-api: the JupyterHub service that submits, lists and accounts Aviflow jobs."""
