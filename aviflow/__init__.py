@@ -68,3 +68,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext aviflow``: register the notebook magics (see :mod:`aviflow_magics`)."""
+    from aviflow_magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext aviflow``: stop the panels' background updates."""
+    from aviflow_magics import unload_ipython_extension as unload
+
+    unload(ipython)

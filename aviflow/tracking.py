@@ -26,13 +26,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aviflow.store import CHECKPOINT_MARKER, RunDir, append_line, atomic_write
+from aviflow.store import CHECKPOINT_MARKER, RunDir, append_line, atomic_write, read_json
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
     from accelerate.tracking import GeneralTracker
 
 _CHECKPOINT_PREFIX = "step-"
+# A job started from another job's checkpoint (``%%aviflow_train --resume``) ships
+# ``code/init-checkpoint.json`` = {"path": ..., "step": ..., "job": ...}.
+INIT_CHECKPOINT_FILE = "init-checkpoint.json"
 
 
 def run_dir() -> RunDir:
@@ -144,9 +147,19 @@ def latest_checkpoint() -> dict[str, Any] | None:
     return found[-1] if found else None
 
 
+def init_checkpoint() -> dict[str, Any] | None:
+    """The checkpoint this job was asked to start from (another job's), if any."""
+    record = read_json(run_dir().code_dir / INIT_CHECKPOINT_FILE)
+    return record if isinstance(record, dict) and record.get("path") else None
+
+
 def resume(accelerator: Accelerator) -> int | None:
-    """Load the latest checkpoint into ``accelerator`` and return its step (None: start fresh)."""
-    latest = latest_checkpoint()
+    """Load the latest checkpoint into ``accelerator`` and return its step (None: start fresh).
+
+    This job's own checkpoints come first (a restarted attempt continues where it stopped);
+    without any, the job's initial checkpoint (see :func:`init_checkpoint`) is loaded.
+    """
+    latest = latest_checkpoint() or init_checkpoint()
     if latest is None:
         return None
     accelerator.load_state(latest["path"])

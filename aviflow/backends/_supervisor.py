@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -23,13 +22,13 @@ from pathlib import Path
 
 from aviflow import _procs
 from aviflow.backends.local import CANCEL_REQUEST, SUPERVISOR_INFO, SUPERVISOR_LOCK
+from aviflow.failures import first_failure, launcher_root_causes
 from aviflow.spec import TrainJob
 from aviflow.status import RESTARTING, Event, JobState
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
 
 POLL_SECONDS = 0.1
 QUEUE_POLL_SECONDS = 0.25
-_TORCHRUN_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
 
 
 def _free_port() -> int:
@@ -135,25 +134,31 @@ class Supervisor:
         return True
 
     def _failure(self, attempt: int, codes: dict[int, int | None]) -> dict[str, object]:
-        """Who failed first, and why: a rank's failure record, else the launcher's report."""
-        records = self.run.failures(attempt)
-        if records:
-            first = records[0]
-            return {"rank": first["rank"], "node": first["node"], "exception": first["exception"],
-                    "message": first["message"], "traceback": first["traceback"]}
+        """Who failed first, and why (see :mod:`aviflow.failures`)."""
+        logs = {n: self._node_log_tail(n) for n in codes}
+        causes = [c for n in sorted(codes) for c in launcher_root_causes(logs[n])]
+        first = first_failure(self.run.failures(attempt), causes)
         failed = [n for n, c in codes.items() if c not in (None, 0)]
-        node = failed[0] if failed else None
-        info: dict[str, object] = {"node": node, "exit_code": codes.get(node) if node is not None else None}
-        if node is not None:
-            text = self.run.node_log(node).read_text(errors="replace")[-20000:]
-            ranks = _TORCHRUN_RANK.findall(text)
-            if ranks:
-                info["rank"] = int(ranks[0])
-                rank_log = self.run.rank_log(int(ranks[0]))
-                if rank_log.exists():
-                    info["log_tail"] = rank_log.read_text(errors="replace")[-4000:]
-            info.setdefault("log_tail", text[-4000:])
+        info: dict[str, object] = {}
+        if first is not None:
+            info = {k: first[k] for k in ("rank", "exception", "message", "traceback") if k in first}
+            rank = int(first["rank"])
+            info["node"] = first.get("node", rank // self.job.spec.gpus_per_node)
+            if not info.get("traceback"):
+                info["log_tail"] = self._tail(self.run.rank_log(rank))
+        elif failed:
+            info = {"node": failed[0], "exit_code": codes[failed[0]], "log_tail": logs[failed[0]][-4000:]}
         return info
+
+    def _node_log_tail(self, node: int) -> str:
+        return self._tail(self.run.node_log(node), 20000)
+
+    @staticmethod
+    def _tail(path: Path, size: int = 4000) -> str:
+        try:
+            return path.read_text(errors="replace")[-size:]
+        except FileNotFoundError:
+            return ""
 
     def run_attempt(self, attempt: int, deadline: float | None) -> tuple[JobState | None, str, dict[str, object]]:
         """Run every node once. Returns (final state or None to restart, message, failure info)."""
