@@ -259,6 +259,7 @@ class Cluster:
         bin_dir = _build.build(log=log)
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
+        _clear_workdir(workdir)
         cid = uuid.uuid4().hex
         ports = {
             name: free_port()
@@ -650,6 +651,34 @@ class Cluster:
         if (self.workdir / "state.json").exists():
             self._save()
         return leftovers
+
+
+_WORKDIR_ENTRIES = (
+    "etcd",
+    "pki",
+    "logs",
+    "agent",
+    "apiserver-certs",
+    "kcm-certs",
+    "scheduler-certs",
+    "kubeconfig",
+    "state.json",
+    "nodes.json",
+    "kueue.yaml",
+    "scheduler.yaml",
+)
+
+
+def _clear_workdir(workdir: Path) -> None:
+    """Remove what a previous (stopped) cluster left in ``workdir``: a fresh etcd each time."""
+    import shutil
+
+    for name in _WORKDIR_ENTRIES:
+        p = workdir / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
 
 
 def _exists(fn) -> bool:
