@@ -1,0 +1,69 @@
+"""The checkpoint list, and a one-click snippet that loads one into this notebook."""
+
+from __future__ import annotations
+
+import time
+
+import ipywidgets as w
+
+from aviflow_magics._snapshot import JobSnapshot
+from aviflow_magics.widgets._html import esc
+from aviflow_magics.widgets._sync import hold_sync_all
+
+
+def load_snippet(job_id: str, checkpoint: dict) -> str:
+    """Python that loads ``checkpoint`` with accelerate's ``load_state``."""
+    return (
+        f"# checkpoint step {checkpoint['step']} of job {job_id}\n"
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator(cpu=True)  # drop cpu=True on a GPU machine\n"
+        "# build model and optimizer as in the training cell, then:\n"
+        "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        f"accelerator.load_state({checkpoint['path']!r})\n"
+    )
+
+
+def checkpoints_html(snap: JobSnapshot) -> str:
+    if not snap.checkpoints:
+        return "<div class='aviflow-checkpoints' style='color:#6b7280;font-size:12px'>no checkpoints yet</div>"
+    rows = "".join(
+        f"<tr class='aviflow-checkpoint' data-step='{c['step']}'><td>{c['step']}</td>"
+        f"<td>{c.get('attempt', '')}</td>"
+        f"<td>{esc(time.strftime('%H:%M:%S', time.localtime(c['time'])) if c.get('time') else '')}</td>"
+        f"<td><code>{esc(c['path'])}</code></td></tr>"
+        for c in snap.checkpoints
+    )
+    return ("<table class='aviflow-checkpoints' style='font-size:12px'><tr><th>step</th><th>attempt</th>"
+            f"<th>saved</th><th>path</th></tr>{rows}</table>")
+
+
+class CheckpointList(w.VBox):
+    def __init__(self, **kwargs: object) -> None:
+        self.table = w.HTML(value="")
+        self.choice = w.Dropdown(options=[], description="checkpoint", layout=w.Layout(width="260px"))
+        self.load = w.Button(description="Load into this notebook", icon="download",
+                             tooltip="show Python that loads this checkpoint with accelerate",
+                             layout=w.Layout(width="220px"), disabled=True)
+        self.snippet = w.Textarea(value="", layout=w.Layout(width="100%", height="120px", display="none"))
+        self._job_id = ""
+        self._by_step: dict[int, dict] = {}
+        super().__init__(children=[self.table, w.HBox([self.choice, self.load]), self.snippet], **kwargs)
+        self.load.on_click(lambda _b: self.show_snippet())
+
+    def show_snippet(self) -> None:
+        found = self._by_step.get(self.choice.value)
+        if found is None:
+            return
+        with hold_sync_all(self.snippet):
+            self.snippet.value = load_snippet(self._job_id, found)
+            self.snippet.layout.display = None
+
+    def update_from(self, snap: JobSnapshot) -> None:
+        self._job_id = snap.id
+        self._by_step = {int(c["step"]): c for c in snap.checkpoints}
+        self.table.value = checkpoints_html(snap)
+        options = [(f"step {s}", s) for s in self._by_step]
+        if list(self.choice.options) != options:
+            self.choice.options = options
+            self.choice.value = options[-1][1] if options else None
+        self.load.disabled = not options
