@@ -834,7 +834,8 @@ class PodRunner(threading.Thread):
             src = self.volumes[m["name"]]
             if m.get("subPath"):
                 src = src / m["subPath"]
-                src.mkdir(parents=True, exist_ok=True) if not src.exists() else None
+                if not src.exists():
+                    src.mkdir(parents=True)
             mounts.append((str(src), m["mountPath"], bool(m.get("readOnly"))))
         workdir = c.get("workingDir") or str(self.dir / "rootfs-cwd")
         script = _sandbox_script(self.dir / "hosts", self.hostname(), mounts, workdir)
