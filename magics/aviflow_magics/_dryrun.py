@@ -30,6 +30,7 @@ class DryRun:
     manifests: str | None = None
     resume_from: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)
 
     def text(self) -> str:
         s = self.job.spec
@@ -48,9 +49,13 @@ class DryRun:
         if self.resume_from:
             r = self.resume_from
             lines.append(f"Starts from checkpoint step {r['step']} of job {r['job']} ({r['path']})")
+        if self.origin:
+            o = self.origin
+            lines.append(f"Origin: notebook {o.get('notebook')}, cell {o.get('cell_id')} "
+                         f"[{o.get('execution_count')}], {o.get('cell_hash')}")
         lines.append("Code: " + ", ".join(f"{n} ({b} bytes)" for n, b in sorted(self.files.items())))
         lines.extend(self.notes)
-        lines += ["", "--- spec ---", self.job.to_yaml().rstrip()]
+        lines += ["", "--- spec ---", spec_yaml(self.job).rstrip()]
         if self.manifests:
             lines += ["", "--- manifests ---", self.manifests.rstrip()]
         return "\n".join(lines) + "\n"
@@ -63,6 +68,23 @@ class DryRun:
 
     def _repr_html_(self) -> str:
         return f"<pre class='aviflow-dry-run'>{html.escape(self.text())}</pre>"
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the script) as YAML literal blocks, as a person writes them."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value.rstrip("\n") or value.endswith("\n") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def spec_yaml(job: TrainJob) -> str:
+    """The spec as YAML, with the script as a literal block (loads back to the same spec)."""
+    return yaml.dump(job.to_dict(), Dumper=_BlockDumper, sort_keys=False)
 
 
 def _render_manifests(backend: Backend, job: TrainJob) -> str | None:
@@ -90,11 +112,12 @@ def dry_run(
     files: dict[str, bytes],
     resume_from: dict[str, Any] | None = None,
     notes: list[str] | None = None,
+    origin: dict[str, Any] | None = None,
 ) -> DryRun:
     name = getattr(backend, "name", type(backend).__name__)
     return DryRun(
         job=job, backend_name=name, files={n: len(b) for n, b in files.items()},
         gpu_hours=gpu_hours_requested(job), quota=_quota(backend, job.spec.queue),
         manifests=_render_manifests(backend, job), resume_from=resume_from,
-        notes=list(notes or []),
+        notes=list(notes or []), origin=dict(origin or {}),
     )

@@ -96,7 +96,7 @@ class AviflowMagics(Magics):
             notes = []
             if options.resume == "auto" and start is None:
                 notes.append("--resume auto: no previous checkpoint of this cell or name; starts fresh")
-            return dry_run(job, backend, bundle.files, resume_from=start, notes=notes)
+            return dry_run(job, backend, bundle.files, resume_from=start, notes=notes, origin=origin)
         submitted = api.submit(job, backend=backend, extra_files=extra, origin=origin)
         handle = NotebookJob(submitted.id, submitted.backend)
         if options.out:

@@ -1,0 +1,197 @@
+"""The job panel, asserted through the comm messages a frontend would receive.
+
+Jobs are written into a real run store (``make_job``) and read through a real
+``LocalBackend``; every widget comm is a ``RecordingComm`` (see conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import ipywidgets as w
+from aviflow_magics._job import NotebookJob
+from aviflow_magics._poller import Poller
+from aviflow_magics.widgets.cancel import CancelButton
+from aviflow_magics.widgets.chart import MAX_POINTS, downsample
+from aviflow_magics.widgets.panel import JobPanel
+
+from aviflow.status import JobState
+
+
+def synced(widget: w.Widget, key: str) -> Any:
+    """The value of ``key`` as the frontend knows it: the open state, then every update."""
+    value = None
+    for m in widget.comm.messages:
+        data = m["data"] or {}
+        if (m["msg_type"] == "comm_open" and key in data.get("state", {})) or (data.get("method") == "update" and key in data.get("state", {})):
+            value = data["state"][key]
+    return value
+
+
+def all_comms(panel: w.Widget) -> list[Any]:
+    from aviflow_magics.widgets._sync import descendants
+
+    return [d.comm for d in descendants(panel)]
+
+
+def clear(panel: w.Widget) -> None:
+    for c in all_comms(panel):
+        c.messages.clear()
+
+
+def test_queued_job_shows_its_queue_position(comms, make_job) -> None:
+    job = make_job(JobState.QUEUED, queue_position=2)
+    panel = JobPanel(job, start=False)
+    panel.poller.poll_once()
+    header = synced(panel.header, "value")
+    assert "data-state='QUEUED'" in header
+    assert "position 2 in the queue: waiting for GPU slots" in header
+    assert f"<code class='aviflow-id'>{job.id}</code>" in header
+    assert synced(panel.failure.layout, "display") == "none"
+    assert synced(panel.ranks, "value").count("data-state='QUEUED'") == 4
+    assert "no metrics logged yet" in synced(panel.chart, "value")
+
+
+def test_running_job_updates_are_batched_one_message_per_widget(comms, make_job) -> None:
+    job = make_job(JobState.RUNNING, metrics=20, checkpoints=(10,))
+    panel = JobPanel(job, start=False)
+    clear(panel)
+    panel.poller.poll_once()
+    per_comm = [len(c.updates()) for c in all_comms(panel)]
+    assert max(per_comm) == 1  # hold_sync: every changed widget sends exactly one update
+    assert sum(per_comm) >= 5
+    assert "data-state='RUNNING'" in synced(panel.header, "value")
+    chart = synced(panel.chart, "value")
+    assert re.findall(r"data-metric='(\w+)' data-points='(\d+)'", chart) == [("loss", "20"), ("lr", "20")]
+    assert "<polyline" in chart
+    assert list(synced(panel.checkpoints.choice, "_options_labels")) == ["step 10"]
+    # nothing changed: a second snapshot only refreshes the elapsed time in the header
+    clear(panel)
+    panel.poller.poll_once()
+    changed = [c for c in all_comms(panel) if c.updates()]
+    assert {id(c) for c in changed} <= {id(panel.header.comm)}
+
+
+def test_thousands_of_points_never_flood_the_comm(comms, make_job) -> None:
+    job = make_job(JobState.RUNNING, metrics=5000)
+    panel = JobPanel(job, start=False)
+    clear(panel)
+    panel.poller.poll_once()
+    sent = sum(len(json.dumps(m["data"])) for c in all_comms(panel) for m in c.messages)
+    assert sent < 64_000
+    points = [int(n) for n in re.findall(r"data-points='(\d+)'", synced(panel.chart, "value"))]
+    assert points == [MAX_POINTS, MAX_POINTS]
+
+
+def test_downsample_keeps_ends_and_extremes() -> None:
+    series = [(s, float(s % 97)) for s in range(1, 10_001)]
+    series[5000] = (5001, 1000.0)  # a spike
+    out = downsample(series, 300)
+    assert len(out) <= 300
+    assert out[0] == series[0] and out[-1] == series[-1]
+    assert (5001, 1000.0) in out
+    assert [s for s, _ in out] == sorted(s for s, _ in out)
+    assert downsample(series[:10], 300) == series[:10]
+
+
+def test_failure_shows_first_failing_rank_and_traceback_at_the_top(comms, make_job) -> None:
+    failure = {"rank": 3, "node": 1, "exception": "RuntimeError", "message": "boom at step 7",
+               "traceback": "Traceback (most recent call last):\n  File \"train.py\", line 9\nRuntimeError: boom at step 7\n"}
+    job = make_job(JobState.FAILED, failure=failure, metrics=7)
+    panel = JobPanel(job, start=False)
+    panel.poller.poll_once()
+    assert panel.children[0] is panel.failure
+    assert synced(panel.failure.layout, "display") is None
+    box = synced(panel.failure, "value")
+    assert "First failure: rank 3 on node 1</b> &mdash; RuntimeError: boom at step 7" in box
+    assert "File &quot;train.py&quot;, line 9" in box
+    ranks = synced(panel.ranks, "value")
+    assert re.findall(r"data-rank='(\d)'>rank \d <span class='aviflow-rank-state' data-state='(\w+)'", ranks) == [
+        ("0", "STOPPED"), ("1", "STOPPED"), ("2", "STOPPED"), ("3", "FAILED")]
+    assert synced(panel.cancel.button, "disabled") is True
+
+
+def test_log_viewer_follows_the_rank_selected_in_the_frontend(comms, make_job) -> None:
+    job = make_job(JobState.RUNNING, log_lines=100)
+    panel = JobPanel(job, start=False)
+    panel.poller.poll_once()
+    viewer = panel.logs
+    assert list(synced(viewer.rank, "_options_labels")) == ["all ranks", "rank 0", "rank 1", "rank 2", "rank 3"]
+    assert "[rank 3] rank 3 line 99" in synced(viewer.text, "value")
+    # the frontend picks "rank 2" and a tail of 5, as a browser would
+    viewer.rank._handle_msg({"content": {"data": {"method": "update", "state": {"index": 3}, "buffer_paths": []}}, "buffers": []})
+    viewer.tail._handle_msg({"content": {"data": {"method": "update", "state": {"value": 5}, "buffer_paths": []}}, "buffers": []})
+    shown = synced(viewer.text, "value")
+    assert re.findall(r"rank 2 line (\d+)", shown) == ["95", "96", "97", "98", "99"]
+    assert "rank 3" not in shown
+
+
+def test_checkpoint_list_and_load_snippet(comms, make_job) -> None:
+    job = make_job(JobState.SUCCEEDED, checkpoints=(10, 20))
+    panel = JobPanel(job, start=False)
+    panel.poller.poll_once()
+    cp = panel.checkpoints
+    assert re.findall(r"data-step='(\d+)'", synced(cp.table, "value")) == ["10", "20"]
+    assert list(synced(cp.choice, "_options_labels")) == ["step 10", "step 20"]
+    assert synced(cp.snippet.layout, "display") == "none"
+    cp.load.click()
+    path = job.latest_checkpoint()["path"]
+    assert synced(cp.snippet, "value").endswith(f"accelerator.load_state({path!r})\n")
+    assert synced(cp.snippet.layout, "display") is None
+
+
+def test_cancel_asks_for_confirmation(comms) -> None:
+    calls: list[str] = []
+    button = CancelButton(lambda: calls.append("cancel") or True)
+    button.button.click()
+    assert synced(button.confirm.layout, "display") is None
+    assert synced(button.note, "value") == "Cancel this job? Every rank is stopped."
+    button.keep.click()
+    assert synced(button.confirm.layout, "display") == "none"
+    assert calls == []
+    button.button.click()
+    button.confirm.click()
+    button._thread.join(30)
+    assert calls == ["cancel"]
+    assert synced(button.note, "value") == "cancelled"
+    assert synced(button.button, "disabled") is True
+
+
+def test_poller_is_throttled_and_stops_when_the_job_ends(comms, make_job) -> None:
+    running = make_job(JobState.RUNNING, metrics=3)
+    seen: list[Any] = []
+    poller = Poller(running, seen.append, interval=0.01, max_updates_per_second=5)
+    assert poller.period == 0.2
+    started = time.monotonic()
+    poller.start()
+    time.sleep(1.0)
+    poller.stop()
+    elapsed = time.monotonic() - started
+    assert 1 <= len(seen) <= int(elapsed * 5) + 1
+    assert not poller.running
+
+    done = make_job(JobState.SUCCEEDED, metrics=3)
+    finished: list[Any] = []
+    poller = Poller(done, finished.append, interval=0.01)
+    poller.start()
+    poller.join(30)
+    assert not poller.running
+    assert [s.state for s in finished] == [JobState.SUCCEEDED]
+
+
+def test_attach_replays_a_finished_job(comms, shell, make_job) -> None:
+    old = make_job(JobState.SUCCEEDED, metrics=50, checkpoints=(25, 50))
+    handle = shell.run_line_magic("aviflow_attach", f"{old.id} --out again")
+    assert isinstance(handle, NotebookJob) and shell.user_ns["again"] is handle
+    bundle = handle._repr_mimebundle_()
+    panel = handle.panel()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.model_id
+    assert bundle["text/plain"] == f"<aviflow.Job {old.id} SUCCEEDED>"
+    panel.poller.join(30)
+    assert panel.last is not None and panel.last.state is JobState.SUCCEEDED
+    chart = synced(panel.chart, "value")
+    assert re.findall(r"data-metric='(\w+)' data-points='(\d+)'", chart) == [("loss", "50"), ("lr", "50")]
+    assert "data-state='SUCCEEDED'" in synced(panel.header, "value")
