@@ -98,8 +98,13 @@ class Ledger:
             try:
                 row = known.get(job_id)
                 info = _info_from_row(row) if row else job_info_from_backend(backend, job_id)
-                backend.status(job_id)  # lets the backend record an end it alone can notice
-                self.record_events(info, backend.events(job_id))
+                events = backend.events(job_id)
+                if job_state(events) != JobState.QUEUED:
+                    # Let the backend record an end only it can notice (a dead supervisor).
+                    # Not for QUEUED jobs: one may be mid-submission, its supervisor not up yet.
+                    backend.status(job_id)
+                    events = backend.events(job_id)
+                self.record_events(info, events)
             except JobNotFound:
                 continue
             count += 1

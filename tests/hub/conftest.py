@@ -1,0 +1,220 @@
+"""Fixtures for the hub tests.
+
+``hub_config``
+    ``hub_config(**section_overrides)`` -> a config dict for two teams on free ports.
+``real_hub`` (module scope)
+    A real JupyterHub process (configurable-http-proxy, the shared-password authenticator,
+    local notebooks, aviflow-api on the local backend, the idle culler) on free ports in a
+    temp dir. Users: alice (team a), bob (team b), lead (admin of team a), root (hub admin).
+    After the module every job is cancelled, the hub is stopped and no process may remain.
+``postgres_url`` (session scope)
+    A throwaway PostgreSQL cluster (initdb + pg_ctl as the ``postgres`` user) on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+import yaml
+from aviflow_hub.local import hub_command
+
+from aviflow import _procs
+from aviflow.backends.local import LocalBackend
+from aviflow.status import JobState
+
+PASSWORD = "aviflow-test-pw"
+ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_config(**overrides: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "hub": {"bind": "127.0.0.1", "port": free_port(), "hubPort": free_port(),
+                "proxyApiPort": free_port(), "dataDir": "state", "spawner": "local",
+                "admins": ["root"],
+                "groups": {"a": ["alice"], "b": ["bob"], "a-admins": ["lead"]}},
+        "auth": {"type": "dev", "dev": {"userPassword": PASSWORD, "adminPassword": ADMIN_PASSWORD}},
+        "teams": [{"name": "team-a", "groups": ["a"], "adminGroups": ["a-admins"], "queue": "queue-a",
+                   "gpuQuota": 4},
+                  {"name": "team-b", "groups": ["b"], "queue": "queue-b", "gpuQuota": 4}],
+        "profiles": [{"slug": "small", "displayName": "Small", "cpu": 1, "memory": "1Gi",
+                      "image": "aviflow/notebook:test", "nodeSelector": {"aviflow.dev/pool": "cpu"}}],
+        "culler": {"enabled": True, "timeout": 3600, "every": 60},
+        "api": {"bind": "127.0.0.1", "port": free_port(), "backend": "local", "localCapacity": 1,
+                "ingestEvery": 1.0},
+    }
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
+def write_config(directory: Path, cfg: dict[str, Any]) -> Path:
+    path = directory / "hub.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+@dataclass
+class Hub:
+    url: str
+    config_path: Path
+    run_root: Path
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/services/aviflow-api/api/v1/"
+
+    @staticmethod
+    def xsrf_from(html: str) -> str:
+        m = re.search(r'name="_xsrf" value="([^"]+)"', html)
+        assert m, html[:2000]
+        return m.group(1)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def token(self, user: str, password: str = PASSWORD, scopes: list[str] | None = None) -> str:
+        body: dict[str, Any] = {"auth": {"username": user, "password": password}, "note": "test"}
+        if scopes is not None:
+            body["scopes"] = scopes
+        r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", json=body, timeout=60)
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    def call(self, method: str, path: str, token: str | None, **kw: Any) -> requests.Response:
+        headers = {"Authorization": f"token {token}"} if token else {}
+        return requests.request(method, self.api + path, headers=headers, timeout=120, **kw)
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the hub exited with {proc.returncode}:\n{log.read_text()[-5000:]}")
+        try:
+            if requests.get(url, timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} did not answer in {timeout}s:\n{log.read_text()[-5000:]}")
+
+
+def stop_hub(proc: subprocess.Popen[bytes]) -> list[int]:
+    """SIGTERM the hub (it stops proxy, services and notebooks); return pids that survived."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _gone, alive = psutil.wait_procs(family, timeout=30)
+    for p in alive:
+        p.kill()
+    return [p.pid for p in alive]
+
+
+def cancel_all_jobs(run_root: Path) -> list[str]:
+    backend = LocalBackend(root=run_root, capacity=1)
+    stray = []
+    for job_id in backend.list_ids():
+        if not JobState(backend.status(job_id)["state"]).is_finished():
+            backend.cancel(job_id)
+        if _procs.tagged(job_id):
+            stray.append(job_id)
+            _procs.stop_job(job_id, [])
+    return stray
+
+
+def start_hub(directory: Path, cfg: dict[str, Any]) -> Hub:
+    assert shutil.which("configurable-http-proxy"), "run tools/sysdeps.sh"
+    path = write_config(directory, cfg)
+    argv, env, cwd = hub_command(path, sys.executable)
+    cwd.mkdir(parents=True, exist_ok=True)
+    log_path = directory / "hub.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{cfg['hub']['port']}"
+    hub = Hub(url=url, config_path=path, run_root=cwd / "runs", process=proc, log_path=log_path)
+    try:
+        _wait_http(f"{url}/hub/api/", proc, log_path)
+        _wait_http(hub.api + "openapi.json", proc, log_path)
+    except BaseException:
+        stop_hub(proc)
+        raise
+    return hub
+
+
+@pytest.fixture
+def hub_config() -> Any:
+    """``hub_config(**section_overrides)`` -> a config dict for two teams on free ports."""
+    return base_config
+
+
+@pytest.fixture(scope="module")
+def real_hub() -> Iterator[Hub]:
+    directory = Path(tempfile.mkdtemp(prefix="aviflow-hub-"))
+    hub = start_hub(directory, base_config())
+    try:
+        yield hub
+    finally:
+        stray = cancel_all_jobs(hub.run_root)
+        survivors = stop_hub(hub.process)
+        shutil.rmtree(directory, ignore_errors=True)
+        assert not stray, f"jobs left processes behind: {stray}"
+        assert not survivors, f"hub processes survived SIGTERM: {survivors}"
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+
+def _pg_bin(name: str) -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    assert found, f"PostgreSQL server binaries are missing; run tools/sysdeps.sh ({name})"
+    return str(found[-1])
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    directory = Path(tempfile.mkdtemp(prefix="aviflow-pg-"))
+    os.chmod(directory, 0o777)
+    data, port = directory / "data", free_port()
+    as_pg: list[str] = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run([*as_pg, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
+                    "--no-sync"], check=True, capture_output=True)
+    subprocess.run([*as_pg, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(directory / "pg.log"),
+                    "-o", f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off",
+                    "-w", "-t", "120", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_pg, _pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                       check=False, capture_output=True)
+        shutil.rmtree(directory, ignore_errors=True)
