@@ -26,6 +26,6 @@ PLUGIN = "aviflow_testcluster.pytest_plugin"
 
 
 def pytest_configure(config) -> None:
-    # Also registered by tests/conftest.py (pytest_plugins = ["cluster.plugin"]); once only.
+    # tests/conftest.py may already have registered it (pytest_plugins); once only.
     if not config.pluginmanager.has_plugin(PLUGIN):
         config.pluginmanager.import_plugin(PLUGIN)

@@ -22,11 +22,13 @@ cold build (tens of minutes) is not charged to a test's timeout.
 
 To expose the fixtures to every test, ``tests/conftest.py`` contains::
 
-    pytest_plugins = ["cluster.plugin"]
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
+    pytest_plugins = ["aviflow_testcluster.pytest_plugin"]
 
-(``tests/`` is on ``sys.path`` because its conftest lives there and it is not a
-package.) Inside ``tests/cluster`` the local ``conftest.py`` registers the same
-plugin, so the cluster tests work on their own as well.
+(the project runs pytest with ``--import-mode=importlib``, which puts no test
+directory on ``sys.path``). Inside ``tests/cluster`` the local ``conftest.py``
+registers the same plugin unless it already is, so there is one cluster either
+way. This module is an alternative entry point (``-p plugin`` from this folder).
 """
 
 from __future__ import annotations
