@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, K8S_VERSION, LABEL_POOL
+from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, K8S_VERSION, LABEL_POOL, _procs
 from kubernetes import client
 
 pytestmark = pytest.mark.cluster
@@ -410,3 +410,49 @@ def test_pod_deletion_kills_processes_after_grace(k8s_cluster, k8s_namespace):
         import os
 
         assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_pod_ignoring_sigterm_is_killed_after_grace(k8s_cluster, k8s_namespace):
+    ns = k8s_namespace
+    script = (
+        "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('pid', os.getpid(), flush=True)\nwhile True: time.sleep(0.1)\n"
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stubborn"},
+        "spec": {
+            "nodeSelector": {LABEL_POOL: "cpu"},
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {"name": "main", "image": "ignored", "command": ["python", "-c", script]}
+            ],
+        },
+    }
+    with k8s_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(ns, pod)
+        wait_for(lambda: "pid" in _log_or_empty(k8s_cluster, ns, "stubborn"), 60, "pod running")
+        pid = int(k8s_cluster.read_logs(ns, "stubborn").split()[1])
+        t0 = time.monotonic()
+        core.delete_namespaced_pod("stubborn", ns)
+
+        def gone():
+            try:
+                core.read_namespaced_pod("stubborn", ns)
+                return False
+            except client.ApiException as e:
+                return e.status == 404
+
+        wait_for(gone, 30, "pod object removed")
+        elapsed = time.monotonic() - t0
+        assert elapsed >= 1.5, f"killed before the grace period ({elapsed:.1f}s)"
+        assert not _procs.alive(pid)
+
+
+def _log_or_empty(cluster, ns: str, pod: str) -> str:
+    try:
+        return cluster.read_logs(ns, pod)
+    except (OSError, ValueError):
+        return ""

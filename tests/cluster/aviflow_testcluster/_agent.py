@@ -534,7 +534,8 @@ class PodRunner(threading.Thread):
         self.dir.mkdir(parents=True, exist_ok=True)
         uid_file.write_text(self.uid)
         (self.dir / "logs").mkdir(exist_ok=True)
-        self.ip = self.agent.allocate_ip()
+        # hostNetwork pods share the node's address, like on a real node.
+        self.ip = "127.0.0.1" if self.spec.get("hostNetwork") else self.agent.allocate_ip()
         self.pod.setdefault("status", {})["podIP"] = self.ip
         self.pod["status"]["podIPs"] = [{"ip": self.ip}]
         self.pod["status"]["hostIP"] = "127.0.0.1"
