@@ -27,12 +27,14 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aviflow.errors import JobNotFound
 from aviflow.names import is_dns1123_label
-from aviflow.spec import TrainJob
 from aviflow.status import Event, JobState
+
+if TYPE_CHECKING:  # the spec (pydantic) is imported only where a spec is read or written,
+    from aviflow.spec import TrainJob  # so every rank's wrapper starts fast
 
 CHECKPOINT_MARKER = "aviflow-checkpoint.json"
 
@@ -132,6 +134,8 @@ class RunDir:
 
     # content
     def spec(self) -> TrainJob:
+        from aviflow.spec import TrainJob
+
         return TrainJob.from_yaml(self.spec_path.read_text())
 
     def meta(self) -> dict[str, Any]:
