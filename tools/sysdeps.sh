@@ -14,6 +14,12 @@ if ! command -v configurable-http-proxy >/dev/null 2>&1; then
   npm install -g --no-fund --no-audit configurable-http-proxy@4.6.3
 fi
 # --- end hub
+# --- notebook (issue 4): Debian's Chromium for the Playwright browser test of the panel
+# (tests/notebook/test_browser.py launches /usr/bin/chromium; Playwright never downloads one).
+if [[ ! -x /usr/bin/chromium ]]; then
+  need_apt+=(chromium)
+fi
+# --- end notebook
 if ((${#need_apt[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
