@@ -11,10 +11,15 @@ Fixtures here:
     the test every job it ran is checked to have left no process behind (then cancelled).
 ``leftover_processes``
     ``leftover_processes(job_id)`` -> pids still carrying the job's tag.
+``k8s_cluster``, ``k8s_namespace``
+    A real Kubernetes control plane with Kueue and fake HGX/CPU nodes whose pods run as
+    local processes (session-scoped; built from Go modules on first use), and a fresh
+    namespace per test. See ``tests/cluster/README.md``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +28,10 @@ import pytest
 from aviflow import _procs
 from aviflow.backends.local import LocalBackend
 from aviflow.status import JobState
+
+# The real control plane (tests/cluster): `k8s_cluster` and `k8s_namespace` for every layer.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
+pytest_plugins = ["aviflow_testcluster.pytest_plugin"]
 
 
 @pytest.fixture
