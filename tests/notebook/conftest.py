@@ -7,6 +7,9 @@
 ``comms``
     Every widget comm opened during the test is a :class:`RecordingComm`; the fixture is
     the list of them. Each keeps the messages the kernel would have sent.
+``train_cell``
+    The body of a tiny training cell (2-layer MLP, accelerate + aviflow tracker and
+    checkpoints, resumable); reads ``cfg = {"steps", "every", "lr"}`` shipped with ``--vars``.
 ``make_job``
     ``make_job(state, nodes=2, gpus_per_node=2, metrics=0, checkpoints=(), failure=None,
     queue_position=None)`` writes a job into the run store the way the supervisor and the
@@ -127,3 +130,35 @@ def make_job(local_backend: LocalBackend) -> Iterator[Any]:
     yield make
     for lock in locks:
         lock.release()
+
+
+TRAIN_CELL = """\
+import torch
+from accelerate import Accelerator
+import aviflow
+
+accelerator = Accelerator(log_with=aviflow.tracker())
+accelerator.init_trackers("nb-e2e", config=cfg)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+model, optimizer = accelerator.prepare(model, optimizer)
+start = (aviflow.resume(accelerator) or 0) + 1
+accelerator.print(f"starting at step {start}")
+for step in range(start, cfg["steps"] + 1):
+    gen = torch.Generator().manual_seed(step * 100 + accelerator.process_index)
+    x = torch.rand(32, 1, generator=gen) * 2 - 1
+    loss = torch.nn.functional.mse_loss(model(x), 3 * x - 1)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+    accelerator.log({"loss": accelerator.reduce(loss.detach(), reduction="mean").item()}, step=step)
+    if step % cfg["every"] == 0:
+        aviflow.save_checkpoint(accelerator, step)
+accelerator.end_training()
+"""
+
+
+@pytest.fixture
+def train_cell() -> str:
+    return TRAIN_CELL

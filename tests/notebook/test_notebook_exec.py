@@ -19,32 +19,6 @@ from aviflow.backends.local import LocalBackend
 from aviflow.status import JobState
 from aviflow.tracking import INIT_CHECKPOINT_FILE
 
-TRAIN_BODY = """\
-import torch
-from accelerate import Accelerator
-import aviflow
-
-accelerator = Accelerator(log_with=aviflow.tracker())
-accelerator.init_trackers("nb-e2e", config=cfg)
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
-model, optimizer = accelerator.prepare(model, optimizer)
-start = (aviflow.resume(accelerator) or 0) + 1
-accelerator.print(f"starting at step {start}")
-for step in range(start, cfg["steps"] + 1):
-    gen = torch.Generator().manual_seed(step * 100 + accelerator.process_index)
-    x = torch.rand(32, 1, generator=gen) * 2 - 1
-    loss = torch.nn.functional.mse_loss(model(x), 3 * x - 1)
-    optimizer.zero_grad()
-    accelerator.backward(loss)
-    optimizer.step()
-    accelerator.log({"loss": accelerator.reduce(loss.detach(), reduction="mean").item()}, step=step)
-    if step % cfg["every"] == 0:
-        aviflow.save_checkpoint(accelerator, step)
-accelerator.end_training()
-"""
-
 REPORT = """\
 import json
 print("REPORT " + json.dumps({{"id": {var}.id, "state": {var}.status.value,
@@ -80,15 +54,15 @@ def _kernel_env(run_root: Path, notebook: Path) -> dict[str, str]:
 
 @pytest.mark.training
 def test_magic_trains_resumes_and_reattaches_in_a_real_kernel(
-        tmp_path: Path, run_root: Path, leftover_processes) -> None:
+        tmp_path: Path, run_root: Path, leftover_processes, train_cell: str) -> None:
     notebook = tmp_path / "train-nb.ipynb"
     cells = [
         nbformat.v4.new_code_cell("%load_ext aviflow"),
         nbformat.v4.new_code_cell('cfg = {"steps": 6, "every": 3, "lr": 0.05}'),
-        nbformat.v4.new_code_cell(f"{MAGIC} --out first --wait\n{TRAIN_BODY}"),
+        nbformat.v4.new_code_cell(f"{MAGIC} --out first --wait\n{train_cell}"),
         nbformat.v4.new_code_cell(REPORT.format(var="first")),
         nbformat.v4.new_code_cell('cfg = {"steps": 9, "every": 3, "lr": 0.05}'),
-        nbformat.v4.new_code_cell(f"{MAGIC} --resume auto --out second --wait\n{TRAIN_BODY}"),
+        nbformat.v4.new_code_cell(f"{MAGIC} --resume auto --out second --wait\n{train_cell}"),
         nbformat.v4.new_code_cell(REPORT.format(var="second")),
         nbformat.v4.new_code_cell("%aviflow_jobs"),
     ]
@@ -107,7 +81,7 @@ def test_magic_trains_resumes_and_reattaches_in_a_real_kernel(
     assert backend.list_ids() == [first["id"], second["id"]]
     for job_id in (first["id"], second["id"]):
         run = backend.run_dir(job_id)
-        assert (run.code_dir / "train.py").read_text() == TRAIN_BODY
+        assert (run.code_dir / "train.py").read_text() == train_cell
         meta = run.meta()
         assert meta["origin"]["notebook"] == str(notebook)
         assert meta["origin"]["kind"] == "notebook-cell"

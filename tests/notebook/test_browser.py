@@ -1,0 +1,131 @@
+"""JupyterLab 4 in Debian's Chromium (Playwright): run the magic cell, watch the panel.
+
+The server listens on loopback on a free port with token auth and its own temp dirs; the
+job runs on the local backend. The screenshot lands in ``artifacts/notebook/`` at the
+repository root (git-ignored); its path is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "notebook"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyterlab(tmp_path: Path, run_root: Path) -> Iterator[tuple[str, Path]]:
+    """A JupyterLab server on loopback: yields (base URL with token, notebook directory)."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ)
+    env.update(AVIFLOW_ROOT=str(run_root), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), AVIFLOW_LOCAL_CAPACITY="8",
+               PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
+    env.pop("AVIFLOW_BACKEND", None)
+    # No "get Jupyter news?" prompt over the notebook (and no fetch of the news feed).
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    log = open(tmp_path / "jupyterlab.log", "wb")  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+         "--LabApp.extension_manager=readonly",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+         f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"JupyterLab did not start: {(tmp_path / 'jupyterlab.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield f"{base}/lab/tree/panel.ipynb?token={token}", root
+    finally:
+        server.terminate()
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+        log.close()
+
+
+@pytest.mark.browser
+@pytest.mark.training
+def test_panel_reaches_succeeded_with_a_chart_in_jupyterlab(jupyterlab, train_cell: str, run_root: Path,
+                                                             leftover_processes) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    url, root = jupyterlab
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%load_ext aviflow\ncfg = {'steps': 8, 'every': 4, 'lr': 0.05}"),
+        nbformat.v4.new_code_cell(
+            "%%aviflow_train --nodes 2 --gpus-per-node 2 --name browser-run --vars cfg --out job\n" + train_cell),
+        nbformat.v4.new_code_cell("6 * 7"),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, root / "panel.ipynb")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.goto(url)
+            expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=180_000)
+            page.locator(".jp-Cell").first.click()
+            for _ in range(3):  # run each cell; the magic returns at once, the job runs on
+                page.keyboard.press("Shift+Enter")
+                time.sleep(0.5)
+            # the cell after the magic ran while the job was still going
+            expect(page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")).to_contain_text("42", timeout=180_000)
+            panel = page.locator(".aviflow-panel")
+            expect(panel).to_have_count(1, timeout=180_000)
+            expect(panel.locator(".aviflow-badge[data-state='SUCCEEDED']")).to_have_count(1, timeout=400_000)
+            chart = panel.locator("svg.aviflow-chart[data-metric='loss']")
+            expect(chart).to_have_attribute("data-points", "8", timeout=30_000)
+            assert chart.locator("polyline").count() == 1
+            box = chart.bounding_box()
+            assert box is not None and box["width"] > 100 and box["height"] > 100
+            expect(panel.locator(".aviflow-rank-state[data-state='SUCCEEDED']")).to_have_count(4)
+            expect(panel.locator(".aviflow-checkpoint")).to_have_count(2)
+            job_id = panel.locator(".aviflow-id").inner_text()
+            panel.scroll_into_view_if_needed()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            shot = ARTIFACTS / f"jupyterlab-panel-{job_id}.png"
+            panel.screenshot(path=str(shot))
+            page.screenshot(path=str(ARTIFACTS / f"jupyterlab-page-{job_id}.png"), full_page=True)
+            print(f"screenshot: {shot}")
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+    assert leftover_processes(job_id) == []
