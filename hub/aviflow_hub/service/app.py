@@ -28,6 +28,13 @@ log = logging.getLogger("aviflow_hub.service")
 _ID = r"([a-z0-9][-a-z0-9]*)"
 
 
+class OAuthCallback(HubOAuthCallbackHandler):
+    """Finishes the OAuth login with the service's own HubOAuth (it holds the PKCE state)."""
+
+    def initialize(self, ctx: ServiceContext) -> None:
+        self.hub_auth = ctx.hub_auth
+
+
 def make_app(ctx: ServiceContext) -> Application:
     prefix = ctx.hub_auth.base_url
     api = prefix + "api/v1/"
@@ -36,7 +43,7 @@ def make_app(ctx: ServiceContext) -> Application:
         (prefix, h.HomePage, kw),
         (prefix + "report", h.ReportPage, kw),
         (prefix + "metrics", h.MetricsHandler, kw),
-        (prefix + "oauth_callback", HubOAuthCallbackHandler),
+        (prefix + "oauth_callback", OAuthCallback, kw),
         (prefix + rf"jobs/{_ID}/cancel", h.CancelForm, kw),
         (api + "openapi.json", h.OpenApiHandler, kw),
         (api + "jobs", h.JobsHandler, kw),
@@ -55,7 +62,7 @@ async def serve(config_path: str) -> None:
     data = cfg.data_path()
     data.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(cfg.ledger_url())
-    hub_auth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
+    hub_auth = HubOAuth.instance(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
     ctx = ServiceContext(cfg, make_backend(cfg), ledger, hub_auth)
     app = make_app(ctx)
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL") or cfg.api_url)
