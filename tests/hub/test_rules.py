@@ -1,0 +1,102 @@
+"""Pure parts of the hub: config validation, authz decisions, profiles, settings, names."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from aviflow_hub.authz import READ_SCOPE, SUBMIT_SCOPE, JobRef, Principal, choose_queue, decide
+from aviflow_hub.config import ConfigError, HubConfig
+from aviflow_hub.profiles import profiles_for
+from aviflow_hub.settings import CULLER_SCOPES, hub_settings
+from kubespawner.slugs import safe_slug
+
+from aviflow.names import is_dns1123_label, label_value, slugify
+
+CFG = HubConfig.from_dict({
+    "teams": [{"name": "a", "groups": ["a"], "adminGroups": ["a-admins"], "queue": "qa", "gpuQuota": 8},
+              {"name": "b", "groups": ["b"], "queue": "qb", "gpuQuota": 2}],
+    "profiles": [{"slug": "small", "displayName": "Small", "cpu": "500m", "memory": "1Gi", "image": "nb:1",
+                  "nodeSelector": {"aviflow.dev/pool": "cpu"}, "default": True},
+                 {"slug": "big", "displayName": "Big", "cpu": 8, "memory": "32Gi", "image": "nb:1", "groups": ["a"]}],
+})
+ALL = frozenset({READ_SCOPE, SUBMIT_SCOPE})
+ALICE = Principal("alice", frozenset({"a"}), scopes=ALL)
+LEAD = Principal("lead", frozenset({"a-admins"}), scopes=ALL)
+ROOT = Principal("root", frozenset(), admin=True, scopes=ALL)
+READER = Principal("alice", frozenset({"a"}), scopes=frozenset({READ_SCOPE}))
+JOB_A = JobRef("j-a", "alice", "a")
+JOB_B = JobRef("j-b", "bob", "b")
+
+
+@pytest.mark.parametrize(("who", "action", "job", "status"), [
+    (ALICE, "read", JOB_A, 200), (ALICE, "cancel", JOB_A, 200), (ALICE, "read", JOB_B, 404),
+    (ALICE, "cancel", JOB_B, 404), (LEAD, "read", JOB_A, 200), (LEAD, "cancel", JOB_A, 200),
+    (LEAD, "read", JOB_B, 404), (ROOT, "cancel", JOB_B, 200), (READER, "read", JOB_A, 200),
+    (READER, "cancel", JOB_A, 403), (READER, "cancel", JOB_B, 404),
+])
+def test_decisions(who: Principal, action: str, job: JobRef, status: int) -> None:
+    assert decide(who, action, job, CFG).status == status  # type: ignore[arg-type]
+
+
+def test_queue_choice() -> None:
+    assert choose_queue(ALICE, "default", CFG, 1).team.queue == "qa"  # type: ignore[union-attr]
+    assert choose_queue(ALICE, "qb", CFG, 1).decision.status == 403
+    assert choose_queue(ALICE, "qa", CFG, 9).decision.reason == "the job needs 9 GPUs but queue 'qa' has a quota of 8"
+    assert choose_queue(ROOT, "qb", CFG, 2).team.name == "b"  # type: ignore[union-attr]
+    assert choose_queue(READER, "qa", CFG, 1).decision.status == 403
+    assert choose_queue(Principal("x", scopes=ALL), "default", CFG, 1).decision.status == 403
+
+
+def test_unknown_keys_are_errors_with_suggestions() -> None:
+    with pytest.raises(ConfigError) as err:
+        HubConfig.from_dict({"culer": {}, "teams": [{"name": "a", "groups": [], "queu": "q"}],
+                             "profiles": [{"slug": "s", "displayName": "S", "cpu": 1, "memory": "1Gi",
+                                           "image": "i", "nodeselector": {}}]})
+    assert sorted(err.value.problems) == [
+        "culer: unknown key; did you mean 'culler'?",
+        "profiles.0.nodeselector: unknown key; did you mean 'nodeSelector'?",
+        "teams.0.queu: unknown key; did you mean 'queue'?",
+        "teams.0.queue: required key is missing",
+    ]
+
+
+def test_profiles_by_group_golden() -> None:
+    small = {"display_name": "Small", "slug": "small", "description": "", "default": True,
+             "kubespawner_override": {"image": "nb:1", "cpu_guarantee": 0.5, "cpu_limit": 0.5,
+                                      "mem_guarantee": "1Gi", "mem_limit": "1Gi",
+                                      "node_selector": {"aviflow.dev/pool": "cpu"}}}
+    assert profiles_for(CFG, {"b"}) == [small]
+    assert [p["slug"] for p in profiles_for(CFG, {"a"})] == ["small", "big"]
+    assert [p["slug"] for p in profiles_for(CFG, set(), admin=True)] == ["small", "big"]
+
+
+def test_kubernetes_settings() -> None:
+    cfg = HubConfig.from_dict({**CFG.to_dict(), "hub": {"spawner": "kubernetes", "namespace": "hub"},
+                               "api": {"url": "http://aviflow-api:8088", "notebookUrl": "http://proxy-public"}})
+    from pathlib import Path
+
+    s = hub_settings(cfg, Path("/etc/aviflow/hub.yaml"), base_dir=Path("/srv"), python="/py")
+    assert s["JupyterHub"]["spawner_class"] == "kubespawner.KubeSpawner"
+    assert s["Spawner"]["environment"] == {"AVIFLOW_API_URL": "http://proxy-public/services/aviflow-api/"}
+    assert s["KubeSpawner"]["volume_mounts"] == [{"name": "home", "mountPath": "/home/jovyan"}]
+    assert s["KubeSpawner"]["storage_capacity"] == "10Gi" and s["KubeSpawner"]["namespace"] == "hub"
+    culler = next(r for r in s["JupyterHub"]["load_roles"] if r["name"] == "idle-culler")
+    assert culler["scopes"] == CULLER_SCOPES  # notebook servers only: no aviflow scope at all
+    assert not any(sc.startswith(("custom:", "access:services")) for sc in culler["scopes"])
+    services = {sv["name"]: sv for sv in s["JupyterHub"]["services"]}
+    assert services["aviflow-api"]["url"] == "http://aviflow-api:8088"
+    assert services["idle-culler"]["command"] == ["/py", "-m", "jupyterhub_idle_culler", "--timeout=3600", "--cull-every=300"]
+
+
+HOSTILE = ["Alice", "alice", "ALICE", "ümit", "umit", "-dash", "dash-", "--x", "a" * 70, "a" * 71,
+           "a.b", "a_b", "a-b", "a--b", "a---b", "用户", "x@example.com", "x-example-com"]
+
+
+def test_hostile_usernames_map_to_distinct_valid_names() -> None:
+    for fn, valid in ((slugify, is_dns1123_label),
+                      (label_value, lambda v: len(v) <= 63 and re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", v)),
+                      (lambda n: safe_slug(n, max_length=63), is_dns1123_label)):
+        names = [fn(u) for u in HOSTILE]
+        assert all(valid(n) for n in names), names
+        assert len(set(names)) == len(HOSTILE), names
