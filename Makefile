@@ -9,6 +9,7 @@ UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test lint format sysdeps bench clean
+.PHONY: hub
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +22,10 @@ venv: $(STAMP)
 # System packages and tools the tests drive for real (browser, PostgreSQL, proxy, Go builds).
 sysdeps:
 	@bash tools/sysdeps.sh
+
+# The local JupyterHub with aviflow-api (see README "Hub"); log in at http://127.0.0.1:8000.
+hub: venv sysdeps
+	$(PY) -m aviflow_hub.local --config hub/local.yaml
 
 demo: venv
 	$(PY) -m aviflow.examples.demo
