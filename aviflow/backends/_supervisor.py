@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     if not lock.acquire(blocking=False):
         print("aviflow supervisor: another supervisor holds this job", flush=True)
         return 1
+    if JobState(run.status().get("state", JobState.QUEUED)).is_finished():
+        lock.release()  # cancelled (and recorded) before this supervisor got going
+        return 0
     sup = Supervisor(run, ns.capacity)
     sup.install_signals()
     atomic_write(run.path / SUPERVISOR_INFO, json.dumps({"pid": os.getpid(), "started": time.time()}))

@@ -27,6 +27,8 @@ DEFAULT_CAPACITY = 8
 SUPERVISOR_LOCK = "supervisor.lock"
 SUPERVISOR_INFO = "supervisor.json"
 CANCEL_REQUEST = "cancel-requested"
+# A job whose supervisor has not reported yet is still being submitted, not orphaned.
+SUPERVISOR_START_GRACE = 60.0
 
 
 def default_capacity() -> int:
@@ -71,7 +73,7 @@ class LocalBackend(Backend):
         run = self.store.get(job_id)
         status = run.status()
         state = JobState(status.get("state", JobState.QUEUED))
-        if not state.is_finished() and not self._supervisor_alive(run):
+        if not state.is_finished() and not self._supervisor_alive(run) and not self._starting(run):
             status = run.status()  # it may have finished between the two reads
             if not JobState(status.get("state", JobState.QUEUED)).is_finished():
                 self._reap_orphan(run)
@@ -125,6 +127,13 @@ class LocalBackend(Backend):
                 return
             time.sleep(0.02)
         raise BackendError(f"job supervisor did not report in 30s; see {run.path / 'supervisor.log'}")
+
+    @staticmethod
+    def _starting(run: RunDir) -> bool:
+        """Submitted moments ago and its supervisor has not started yet."""
+        if (run.path / SUPERVISOR_INFO).exists():
+            return False
+        return time.time() - run.meta().get("submitted", 0) < SUPERVISOR_START_GRACE
 
     @staticmethod
     def _supervisor_alive(run: RunDir) -> bool:

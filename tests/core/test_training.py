@@ -209,3 +209,4 @@ def test_time_limit_is_enforced(local_backend, leftover_processes):
     start = next(e.time for e in events if e.type == "STARTING")
     assert 15 <= events[-1].time - start < 60
     assert leftover_processes(job.id) == []
+
