@@ -131,28 +131,12 @@ class TrainJobSpec(_Strict):
     @field_validator("cpu_per_node")
     @classmethod
     def _cpu(cls, v: int | str | None) -> int | str | None:
-        if v is None:
-            return v
-        try:
-            cores = parse_quantity(v)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
-        if not 0 < cores <= _CPU_MAX:
-            raise ValueError(f"{v!r} is out of range; give 1m to {_CPU_MAX} cores")
-        return v
+        return _quantity_at_most(v, _CPU_MAX, f"give 1m to {_CPU_MAX} cores")
 
     @field_validator("memory_per_node")
     @classmethod
     def _memory(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            size = parse_quantity(v)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
-        if not 0 < size <= _MEMORY_MAX:
-            raise ValueError(f"{v!r} is out of range; give up to 64Ti, e.g. '512Gi'")
-        return v
+        return _quantity_at_most(v, _MEMORY_MAX, "give up to 64Ti, e.g. '512Gi'")
 
     @field_validator("image")
     @classmethod
@@ -222,6 +206,19 @@ class TrainJobSpec(_Strict):
     @property
     def time_limit_seconds(self) -> int | None:
         return None if self.time_limit is None else parse_duration(self.time_limit)
+
+
+def _quantity_at_most(value: Any, maximum: float, hint: str) -> Any:
+    """A Kubernetes quantity above zero and at most ``maximum``, kept as given."""
+    if value is None:
+        return value
+    try:
+        amount = parse_quantity(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    if not 0 < amount <= maximum:
+        raise ValueError(f"{value!r} is out of range; {hint}")
+    return value
 
 
 def check_relative_path(key: str, path: str) -> None:
