@@ -36,11 +36,11 @@ test: venv sysdeps
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check aviflow
+	$(VENV)/bin/ruff format --check aviflow tests/core bench
 
 format: venv
 	$(VENV)/bin/ruff check --fix .
-	$(VENV)/bin/ruff format aviflow
+	$(VENV)/bin/ruff format aviflow tests/core bench
 
 bench: venv
 	$(PY) bench/launch.py

@@ -43,9 +43,23 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "AviflowError", "BackendError", "Job", "JobNotFound", "JobState", "SpecError", "TrainJob",
-    "Usage", "__version__", "checkpoint_dir", "get", "jobs", "log", "resume", "save_checkpoint",
-    "submit", "tracker",
+    "AviflowError",
+    "BackendError",
+    "Job",
+    "JobNotFound",
+    "JobState",
+    "SpecError",
+    "TrainJob",
+    "Usage",
+    "__version__",
+    "checkpoint_dir",
+    "get",
+    "jobs",
+    "log",
+    "resume",
+    "save_checkpoint",
+    "submit",
+    "tracker",
 ]
 
 if TYPE_CHECKING:

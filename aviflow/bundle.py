@@ -44,7 +44,9 @@ class CodeBundle:
             "entrypoint": self.entrypoint,
             "accelerate_config": self.accelerate_config,
             "content_hash": self.content_hash,
-            "files": {n: "sha256:" + hashlib.sha256(b).hexdigest() for n, b in sorted(self.files.items())},
+            "files": {
+                n: "sha256:" + hashlib.sha256(b).hexdigest() for n, b in sorted(self.files.items())
+            },
             "origin": self.origin,
         }
 
@@ -87,7 +89,9 @@ def build_bundle(
         content = _read("scriptFile", spec.script_file, base)
         entrypoint = Path(spec.script_file).name
         if not entrypoint.endswith(".py"):
-            raise SpecError(f"spec.scriptFile: {spec.script_file!r} is not a .py file; run other programs with `command`")
+            raise SpecError(
+                f"spec.scriptFile: {spec.script_file!r} is not a .py file; run other programs with `command`"
+            )
         files[entrypoint] = content
     accelerate_config = None
     if spec.accelerate.config_file is not None:
@@ -97,8 +101,14 @@ def build_bundle(
         except yaml.YAMLError as exc:
             raise SpecError(f"spec.accelerate.configFile: not valid YAML: {exc}") from None
         if not isinstance(parsed, dict):
-            raise SpecError("spec.accelerate.configFile: must be an `accelerate config` YAML mapping")
+            raise SpecError(
+                "spec.accelerate.configFile: must be an `accelerate config` YAML mapping"
+            )
         files[ACCELERATE_CONFIG_NAME] = content
         accelerate_config = ACCELERATE_CONFIG_NAME
-    return CodeBundle(files=files, entrypoint=entrypoint, accelerate_config=accelerate_config,
-                      origin=dict(origin or {}))
+    return CodeBundle(
+        files=files,
+        entrypoint=entrypoint,
+        accelerate_config=accelerate_config,
+        origin=dict(origin or {}),
+    )

@@ -66,8 +66,10 @@ def _progress_printer() -> Callable[[Job, dict], None]:
             line += f" attempt {record['attempt']}"
         rows = job.backend.metrics(job.id)
         if rows:
-            values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in rows[-1]["values"].items())
+            values = ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in rows[-1]["values"].items()
+            )
             line += f"  step {rows[-1]['step']}: {values}"
         if line != last.get("line"):
             print(f"[{_when(time.time())}] {job.id} {line}", flush=True)
@@ -103,8 +105,16 @@ def cmd_ls(ns: argparse.Namespace) -> int:
     rows = [["ID", "NAME", "STATE", "NODES", "GPUS", "SUBMITTED"]]
     for job in jobs:
         spec, record = job.spec, job.status_record()
-        rows.append([job.id, spec.metadata.name, record["state"], str(spec.spec.nodes),
-                     str(spec.spec.total_gpus), _when(job.backend.meta(job.id).get("submitted"))])
+        rows.append(
+            [
+                job.id,
+                spec.metadata.name,
+                record["state"],
+                str(spec.spec.nodes),
+                str(spec.spec.total_gpus),
+                _when(job.backend.meta(job.id).get("submitted")),
+            ]
+        )
     _table(rows)
     return 0
 
@@ -112,8 +122,17 @@ def cmd_ls(ns: argparse.Namespace) -> int:
 def cmd_status(ns: argparse.Namespace) -> int:
     job = api.get(ns.id, _backend(ns))
     record = job.status_record()
-    print(json.dumps({"id": job.id, "name": job.name, **record,
-                      "gpu_seconds": round(job.usage().gpu_seconds, 3)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "id": job.id,
+                "name": job.name,
+                **record,
+                "gpu_seconds": round(job.usage().gpu_seconds, 3),
+            },
+            indent=2,
+        )
+    )
     return EXIT_FOR_STATE.get(JobState(record["state"]), 0)
 
 
@@ -128,7 +147,7 @@ def cmd_logs(ns: argparse.Namespace) -> int:
         finished = job.status.is_finished()
         for rank in ranks or job.backend.ranks(job.id):
             text = job.backend.log_text(job.id, rank)
-            new = text[offsets.get(rank, 0):]
+            new = text[offsets.get(rank, 0) :]
             offsets[rank] = len(text)
             for line in new.splitlines():
                 sys.stdout.write(line + "\n" if ranks else f"[rank {rank}] {line}\n")
@@ -170,16 +189,29 @@ def cmd_usage(ns: argparse.Namespace) -> int:
     for job in api.jobs(_backend(ns)):
         u = job.usage()
         total += u.gpu_seconds
-        rows.append([job.id, job.name, job.status.value, str(u.gpus), str(u.attempts),
-                     f"{u.gpu_seconds:.1f}", f"{u.gpu_hours:.4f}"])
+        rows.append(
+            [
+                job.id,
+                job.name,
+                job.status.value,
+                str(u.gpus),
+                str(u.attempts),
+                f"{u.gpu_seconds:.1f}",
+                f"{u.gpu_hours:.4f}",
+            ]
+        )
     rows.append(["TOTAL", "", "", "", "", f"{total:.1f}", f"{total / 3600:.4f}"])
     _table(rows)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aviflow", description="Submit and follow Aviflow training jobs.")
-    parser.add_argument("--root", help="run store of the local backend (default $AVIFLOW_ROOT or ~/.aviflow/runs)")
+    parser = argparse.ArgumentParser(
+        prog="aviflow", description="Submit and follow Aviflow training jobs."
+    )
+    parser.add_argument(
+        "--root", help="run store of the local backend (default $AVIFLOW_ROOT or ~/.aviflow/runs)"
+    )
     parser.add_argument("--backend", help="backend name (default $AVIFLOW_BACKEND or 'local')")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

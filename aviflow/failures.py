@@ -27,15 +27,22 @@ _ROOT_CAUSE = re.compile(
 
 
 def is_communication_error(record: dict[str, Any]) -> bool:
-    return record.get("exception") in _COMM_TYPES or bool(_COMM_TEXT.search(record.get("message", "")))
+    return record.get("exception") in _COMM_TYPES or bool(
+        _COMM_TEXT.search(record.get("message", ""))
+    )
 
 
 def launcher_root_causes(log_text: str) -> list[dict[str, int]]:
     """``{"rank", "exit_code"}`` for each "Root Cause" block torchrun printed in a node log."""
-    return [{"rank": int(m["rank"]), "exit_code": int(m["code"])} for m in _ROOT_CAUSE.finditer(log_text)]
+    return [
+        {"rank": int(m["rank"]), "exit_code": int(m["code"])}
+        for m in _ROOT_CAUSE.finditer(log_text)
+    ]
 
 
-def first_failure(records: list[dict[str, Any]], root_causes: list[dict[str, int]]) -> dict[str, Any] | None:
+def first_failure(
+    records: list[dict[str, Any]], root_causes: list[dict[str, int]]
+) -> dict[str, Any] | None:
     """The root-cause failure among ``records`` (earliest first) and launcher reports."""
     for record in records:
         if not is_communication_error(record):
@@ -44,7 +51,11 @@ def first_failure(records: list[dict[str, Any]], root_causes: list[dict[str, int
     for cause in root_causes:
         if cause["exit_code"] < 0 and cause["rank"] not in recorded:
             signum = -cause["exit_code"]
-            return {"rank": cause["rank"], "exception": "Signal",
-                    "message": f"rank {cause['rank']} was killed by signal {signum}",
-                    "traceback": "", "exit_code": cause["exit_code"]}
+            return {
+                "rank": cause["rank"],
+                "exception": "Signal",
+                "message": f"rank {cause['rank']} was killed by signal {signum}",
+                "traceback": "",
+                "exit_code": cause["exit_code"],
+            }
     return records[0] if records else None

@@ -74,16 +74,21 @@ class Job:
         if rank is not None:
             lines = self.backend.log_text(self.id, rank).splitlines()
         else:
-            lines = [f"[rank {r}] {line}" for r in self.backend.ranks(self.id)
-                     for line in self.backend.log_text(self.id, r).splitlines()]
+            lines = [
+                f"[rank {r}] {line}"
+                for r in self.backend.ranks(self.id)
+                for line in self.backend.log_text(self.id, r).splitlines()
+            ]
         if tail is not None:
             lines = lines[-tail:] if tail > 0 else []
         return "\n".join(lines) + ("\n" if lines else "")
 
     def metric_rows(self) -> list[dict[str, Any]]:
         """``{"step", "time", "attempt", <metric>: value, ...}`` per logged step."""
-        return [{"step": r["step"], "time": r["time"], "attempt": r.get("attempt", 1), **r["values"]}
-                for r in self.backend.metrics(self.id)]
+        return [
+            {"step": r["step"], "time": r["time"], "attempt": r.get("attempt", 1), **r["values"]}
+            for r in self.backend.metrics(self.id)
+        ]
 
     def metrics(self) -> pd.DataFrame | list[dict[str, Any]]:
         """Logged metrics: a pandas DataFrame when pandas is installed, else a list of rows."""

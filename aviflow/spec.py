@@ -36,8 +36,17 @@ MAX_TIME_LIMIT = 30 * 86400
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables the runtime sets itself; a spec may not override them.
 RESERVED_ENV = frozenset(
-    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-     "NODE_RANK", "GROUP_RANK", "JOB_COMPLETION_INDEX"}
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "JOB_COMPLETION_INDEX",
+    }
 )
 _NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
 _QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -51,7 +60,9 @@ class _Strict(BaseModel):
 
 
 class Metadata(_Strict):
-    name: str = Field(description="Human name of the run; any text without slashes or control characters.")
+    name: str = Field(
+        description="Human name of the run; any text without slashes or control characters."
+    )
     labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -62,7 +73,9 @@ class Metadata(_Strict):
         if len(v) > 128:
             raise ValueError(f"is {len(v)} characters long; at most 128 are allowed")
         if _NAME_FORBIDDEN.search(v) or v.strip() in {".", ".."}:
-            raise ValueError(f"{v!r} contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'")
+            raise ValueError(
+                f"{v!r} contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'"
+            )
         return v
 
     @field_validator("labels")
@@ -75,14 +88,17 @@ class Metadata(_Strict):
             if len(name) > 63 or not LABEL_KEY_NAME.match(name) or len(key) > 253:
                 raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
             if len(value) > 63 or not LABEL_VALUE.match(value):
-                raise ValueError(f"label {key}={value!r}: values are at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric")
+                raise ValueError(
+                    f"label {key}={value!r}: values are at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric"
+                )
         return v
 
 
 class AccelerateSpec(_Strict):
     mixed_precision: Literal["no", "fp16", "bf16", "fp8"] = Field("no", alias="mixedPrecision")
     config_file: str | None = Field(
-        None, alias="configFile",
+        None,
+        alias="configFile",
         description="An `accelerate config` YAML (FSDP, DeepSpeed, ...); passed to `accelerate launch --config_file`.",
     )
 
@@ -118,14 +134,18 @@ class TrainJobSpec(_Strict):
     @classmethod
     def _gpus(cls, v: int) -> int:
         if not 1 <= v <= GPUS_PER_HGX_NODE:
-            raise ValueError(f"must be between 1 and {GPUS_PER_HGX_NODE} (an HGX node has {GPUS_PER_HGX_NODE} GPUs), got {v}; use more nodes for more GPUs")
+            raise ValueError(
+                f"must be between 1 and {GPUS_PER_HGX_NODE} (an HGX node has {GPUS_PER_HGX_NODE} GPUs), got {v}; use more nodes for more GPUs"
+            )
         return v
 
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
         if len(v) > 63 or not _QUEUE.match(v):
-            raise ValueError(f"{v!r} is not a queue name; use lowercase letters, digits and '-' (at most 63)")
+            raise ValueError(
+                f"{v!r} is not a queue name; use lowercase letters, digits and '-' (at most 63)"
+            )
         return v
 
     @field_validator("cpu_per_node")
@@ -142,7 +162,9 @@ class TrainJobSpec(_Strict):
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         if v is not None and not _IMAGE.match(v):
-            raise ValueError(f"{v!r} is not an image reference, e.g. 'registry.example.com/trainer:1.0'")
+            raise ValueError(
+                f"{v!r} is not an image reference, e.g. 'registry.example.com/trainer:1.0'"
+            )
         return v
 
     @field_validator("script")
@@ -152,7 +174,9 @@ class TrainJobSpec(_Strict):
             if not v.strip():
                 raise ValueError("is empty")
             if len(v.encode()) > MAX_SCRIPT_BYTES:
-                raise ValueError(f"is larger than {MAX_SCRIPT_BYTES} bytes; put the code in scriptFile")
+                raise ValueError(
+                    f"is larger than {MAX_SCRIPT_BYTES} bytes; put the code in scriptFile"
+                )
         return v
 
     @field_validator("command")
@@ -160,7 +184,9 @@ class TrainJobSpec(_Strict):
     def _command(cls, v: list[str] | None) -> list[str] | None:
         if v is not None:
             if not v or not v[0].strip():
-                raise ValueError("must be a non-empty argv list, e.g. ['python', 'train.py', '--lr', '3e-4']")
+                raise ValueError(
+                    "must be a non-empty argv list, e.g. ['python', 'train.py', '--lr', '3e-4']"
+                )
             if len(v) > 4096 or any("\x00" in a for a in v):
                 raise ValueError("has more than 4096 arguments or a NUL byte")
         return v
@@ -190,11 +216,22 @@ class TrainJobSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_entrypoint(self) -> TrainJobSpec:
-        given = [k for k, a in (("script", self.script), ("scriptFile", self.script_file), ("command", self.command)) if a is not None]
+        given = [
+            k
+            for k, a in (
+                ("script", self.script),
+                ("scriptFile", self.script_file),
+                ("command", self.command),
+            )
+            if a is not None
+        ]
         if len(given) != 1:
             what = "none" if not given else " and ".join(given)
             raise ValueError(f"give exactly one of script, scriptFile or command (got {what})")
-        for key, path in (("scriptFile", self.script_file), ("accelerate.configFile", self.accelerate.config_file)):
+        for key, path in (
+            ("scriptFile", self.script_file),
+            ("accelerate.configFile", self.accelerate.config_file),
+        ):
             if path is not None:
                 check_relative_path(key, path)
         return self
@@ -227,7 +264,9 @@ def check_relative_path(key: str, path: str) -> None:
         raise ValueError(f"{key}: path is empty or has a NUL byte")
     p = Path(path)
     if not p.is_absolute() and ".." in p.parts:
-        raise ValueError(f"{key}: {path!r} climbs out of the spec's directory with '..'; give a path inside it or an absolute path")
+        raise ValueError(
+            f"{key}: {path!r} climbs out of the spec's directory with '..'; give a path inside it or an absolute path"
+        )
 
 
 class TrainJob(_Strict):
@@ -295,6 +334,7 @@ class TrainJob(_Strict):
 
 # -- error messages -----------------------------------------------------------------------------
 
+
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = TrainJob
     for part in loc:
@@ -321,12 +361,18 @@ def _explain(exc: ValidationError) -> list[str]:
             parent = _model_at(loc[:-1])
             valid = _keys(parent) if parent else []
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = f"; did you mean '{close[0]}'?" if close else (f"; valid keys: {', '.join(valid)}" if valid else "")
+            hint = (
+                f"; did you mean '{close[0]}'?"
+                if close
+                else (f"; valid keys: {', '.join(valid)}" if valid else "")
+            )
             problems.append(f"{where}: unknown key{hint}")
         elif err["type"] == "missing":
             problems.append(f"{where}: required key is missing")
         elif err["type"] == "literal_error" and loc in {("apiVersion",), ("kind",)}:
-            problems.append(f"{where}: must be {API_VERSION if loc == ('apiVersion',) else KIND!r}, got {err['input']!r}")
+            problems.append(
+                f"{where}: must be {API_VERSION if loc == ('apiVersion',) else KIND!r}, got {err['input']!r}"
+            )
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")

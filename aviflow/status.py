@@ -45,8 +45,13 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Event:
-        return cls(type=d["type"], attempt=d.get("attempt", 0), message=d.get("message", ""),
-                   time=d["time"], data=d.get("data") or {})
+        return cls(
+            type=d["type"],
+            attempt=d.get("attempt", 0),
+            message=d.get("message", ""),
+            time=d["time"],
+            data=d.get("data") or {},
+        )
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,9 @@ class RunStore:
     def get(self, job_id: str) -> RunDir:
         path = self.path_for(job_id)
         if not (path / "job.yaml").is_file():
-            raise JobNotFound(f"no job {job_id!r} in {self.root}; `aviflow ls` lists the jobs there")
+            raise JobNotFound(
+                f"no job {job_id!r} in {self.root}; `aviflow ls` lists the jobs there"
+            )
         return RunDir(path)
 
     def ids(self) -> list[str]:
@@ -247,8 +249,13 @@ class RunStore:
                 (staging / sub).mkdir()
             while True:
                 job_id = f"{job.slug}-{secrets.token_hex(4)}"
-                meta = {**meta, "id": job_id, "name": job.metadata.name,
-                        "submitted": time.time(), "submitted_ns": time.time_ns()}
+                meta = {
+                    **meta,
+                    "id": job_id,
+                    "name": job.metadata.name,
+                    "submitted": time.time(),
+                    "submitted_ns": time.time_ns(),
+                }
                 (staging / "meta.json").write_text(json.dumps(meta, indent=2))
                 try:
                     os.rename(staging, self.root / job_id)  # fails if the id is taken

@@ -74,8 +74,12 @@ def log(values: dict[str, Any], step: int) -> None:
         raise TypeError(f"aviflow.log: step must be a non-negative int, got {step!r}")
     if _rank() != 0:
         return
-    row = {"step": step, "time": time.time(), "attempt": _attempt(),
-           "values": {str(k): _number(v) for k, v in values.items()}}
+    row = {
+        "step": step,
+        "time": time.time(),
+        "attempt": _attempt(),
+        "values": {str(k): _number(v) for k, v in values.items()},
+    }
     path = run_dir().metrics_path
     path.parent.mkdir(parents=True, exist_ok=True)
     append_line(path, row)

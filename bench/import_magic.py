@@ -55,9 +55,15 @@ def main() -> int:
         torch.append(sample(TORCH)["seconds"])
     e, t = statistics.median(ext), statistics.median(torch)
     ratio = e / t
-    print(f"%load_ext aviflow : median {e * 1000:8.1f} ms  (min {min(ext) * 1000:.1f}, n={len(ext)})")
-    print(f"import torch      : median {t * 1000:8.1f} ms  (min {min(torch) * 1000:.1f}, n={len(torch)})")
-    print(f"ratio             : {ratio:.3f}x  (target <= {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'})")
+    print(
+        f"%load_ext aviflow : median {e * 1000:8.1f} ms  (min {min(ext) * 1000:.1f}, n={len(ext)})"
+    )
+    print(
+        f"import torch      : median {t * 1000:8.1f} ms  (min {min(torch) * 1000:.1f}, n={len(torch)})"
+    )
+    print(
+        f"ratio             : {ratio:.3f}x  (target <= {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'})"
+    )
     print(f"heavy modules imported by the extension: {sorted(heavy) or 'none'}")
     return 0
 

@@ -49,12 +49,30 @@ def bare_launch(env_extra: dict[str, str], run_dir: Path) -> list[subprocess.Pop
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "AVIFLOW_RUN_DIR": str(run_dir), **env_extra}
     procs = []
     for rank in range(NODES):
-        argv = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-                "--mixed_precision", "no", "--dynamo_backend", "no",
-                "--num_machines", str(NODES), "--machine_rank", str(rank),
-                "--num_processes", str(NODES * PROCS), "--main_process_ip", "127.0.0.1",
-                "--main_process_port", str(port), str(SCRIPT)]
-        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        argv = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--num_machines",
+            str(NODES),
+            "--machine_rank",
+            str(rank),
+            "--num_processes",
+            str(NODES * PROCS),
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            str(port),
+            str(SCRIPT),
+        ]
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
     return procs
 
 
@@ -70,9 +88,15 @@ def time_bare(tmp: Path) -> float:
 
 def time_aviflow(tmp: Path, backend: LocalBackend) -> float:
     mark = tmp / f"aviflow-{time.time_ns()}"
-    spec = {"metadata": {"name": "bench-launch"},
-            "spec": {"nodes": NODES, "gpusPerNode": PROCS, "scriptFile": str(SCRIPT),
-                     "env": {"BENCH_MARK": str(mark)}}}
+    spec = {
+        "metadata": {"name": "bench-launch"},
+        "spec": {
+            "nodes": NODES,
+            "gpusPerNode": PROCS,
+            "scriptFile": str(SCRIPT),
+            "env": {"BENCH_MARK": str(mark)},
+        },
+    }
     t0 = time.time()
     job = aviflow.submit(spec, backend=backend)
     first = _wait_for(mark) - t0
@@ -84,8 +108,15 @@ def time_aviflow(tmp: Path, backend: LocalBackend) -> float:
 def step_time(tmp: Path, helpers: bool, steps: int, ckpt_every: int) -> float:
     out = tmp / f"steps-{helpers}-{time.time_ns()}.json"
     run_dir = tmp / f"steps-run-{time.time_ns()}"
-    procs = bare_launch({"BENCH_STEPS": str(steps), "BENCH_HELPERS": "1" if helpers else "0",
-                         "BENCH_CKPT_EVERY": str(ckpt_every), "BENCH_OUT": str(out)}, run_dir)
+    procs = bare_launch(
+        {
+            "BENCH_STEPS": str(steps),
+            "BENCH_HELPERS": "1" if helpers else "0",
+            "BENCH_CKPT_EVERY": str(ckpt_every),
+            "BENCH_OUT": str(out),
+        },
+        run_dir,
+    )
     if any(p.wait() != 0 for p in procs):
         raise RuntimeError("step benchmark failed")
     return json.loads(out.read_text())["mean_step_s"]
@@ -104,19 +135,29 @@ def main() -> int:
         for r in range(ns.rounds):
             bare.append(time_bare(tmp))
             via.append(time_aviflow(tmp, backend))
-            print(f"round {r + 1}: submit->first step  bare {bare[-1]:.2f}s  aviflow {via[-1]:.2f}s", flush=True)
+            print(
+                f"round {r + 1}: submit->first step  bare {bare[-1]:.2f}s  aviflow {via[-1]:.2f}s",
+                flush=True,
+            )
         off, on = [], []
         for r in range(ns.rounds):
             off.append(step_time(tmp, False, ns.steps, ns.ckpt_every))
             on.append(step_time(tmp, True, ns.steps, ns.ckpt_every))
-            print(f"round {r + 1}: mean step  helpers off {off[-1] * 1e3:.3f}ms  on {on[-1] * 1e3:.3f}ms", flush=True)
+            print(
+                f"round {r + 1}: mean step  helpers off {off[-1] * 1e3:.3f}ms  on {on[-1] * 1e3:.3f}ms",
+                flush=True,
+            )
     launch_ratio = statistics.median(via) / statistics.median(bare)
     step_ratio = statistics.median(on) / statistics.median(off)
     print(f"\nlayout: {NODES} nodes x {PROCS} processes (MULTI_CPU), {ns.rounds} alternated rounds")
-    print(f"submit -> first step: aviflow/bare = {launch_ratio:.3f}  (target <= 1.10)  "
-          f"[median {statistics.median(via):.2f}s vs {statistics.median(bare):.2f}s]")
-    print(f"step time, helpers on/off = {step_ratio:.3f}  (target <= 1.02)  "
-          f"[checkpoint every {ns.ckpt_every} steps, {ns.steps} steps]")
+    print(
+        f"submit -> first step: aviflow/bare = {launch_ratio:.3f}  (target <= 1.10)  "
+        f"[median {statistics.median(via):.2f}s vs {statistics.median(bare):.2f}s]"
+    )
+    print(
+        f"step time, helpers on/off = {step_ratio:.3f}  (target <= 1.02)  "
+        f"[checkpoint every {ns.ckpt_every} steps, {ns.steps} steps]"
+    )
     return 0
 
 

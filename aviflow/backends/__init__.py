@@ -26,7 +26,11 @@ def available() -> dict[str, str]:
 
 def _default_name() -> str:
     """``hub`` inside a hub-spawned notebook (it has the service URL and a hub token), else ``local``."""
-    if os.environ.get("AVIFLOW_API_URL") and os.environ.get("JUPYTERHUB_API_TOKEN") and "hub" in available():
+    if (
+        os.environ.get("AVIFLOW_API_URL")
+        and os.environ.get("JUPYTERHUB_API_TOKEN")
+        and "hub" in available()
+    ):
         return "hub"
     return "local"
 

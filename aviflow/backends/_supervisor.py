@@ -89,15 +89,19 @@ class Supervisor:
             with _procs.FileLock(store.root / ".queue.lock"):
                 queued, used = self._scan(store)
                 if queued and queued[0] == self.run.id and used + need <= self.capacity:
-                    self.run.record(Event(JobState.STARTING, attempt=1, message="starting"),
-                                    queuePosition=None)
+                    self.run.record(
+                        Event(JobState.STARTING, attempt=1, message="starting"), queuePosition=None
+                    )
                     return True
                 pos = queued.index(self.run.id) + 1 if self.run.id in queued else None
                 if pos != position:
                     position = pos
                     status = self.run.status()
-                    status.update(queuePosition=pos, message=f"waiting for {need} GPU slots "
-                                  f"({used}/{self.capacity} in use, position {pos})")
+                    status.update(
+                        queuePosition=pos,
+                        message=f"waiting for {need} GPU slots "
+                        f"({used}/{self.capacity} in use, position {pos})",
+                    )
                     self.run.write_status(status)
             time.sleep(QUEUE_POLL_SECONDS)
 
@@ -117,13 +121,21 @@ class Supervisor:
                 AVIFLOW_JOB_ID=self.run.id,
                 **{_procs.TAG: self.run.id},
             )
-            nodes.append(subprocess.Popen(
-                [sys.executable, "-m", "aviflow.runtime"], env=env, cwd=self.run.code_dir,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            ))
-        atomic_write(self.run.path / "processes.json",
-                     json.dumps({"attempt": attempt, "pgids": [p.pid for p in nodes]}))
+            nodes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "aviflow.runtime"],
+                    env=env,
+                    cwd=self.run.code_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+        atomic_write(
+            self.run.path / "processes.json",
+            json.dumps({"attempt": attempt, "pgids": [p.pid for p in nodes]}),
+        )
         return nodes
 
     def _nodes_up(self, attempt: int) -> bool:
@@ -141,13 +153,19 @@ class Supervisor:
         failed = [n for n, c in codes.items() if c not in (None, 0)]
         info: dict[str, object] = {}
         if first is not None:
-            info = {k: first[k] for k in ("rank", "exception", "message", "traceback") if k in first}
+            info = {
+                k: first[k] for k in ("rank", "exception", "message", "traceback") if k in first
+            }
             rank = int(first["rank"])
             info["node"] = first.get("node", rank // self.job.spec.gpus_per_node)
             if not info.get("traceback"):
                 info["log_tail"] = self._tail(self.run.rank_log(rank))
         elif failed:
-            info = {"node": failed[0], "exit_code": codes[failed[0]], "log_tail": logs[failed[0]][-4000:]}
+            info = {
+                "node": failed[0],
+                "exit_code": codes[failed[0]],
+                "log_tail": logs[failed[0]][-4000:],
+            }
         return info
 
     def _node_log_tail(self, node: int) -> str:
@@ -160,7 +178,9 @@ class Supervisor:
         except FileNotFoundError:
             return ""
 
-    def run_attempt(self, attempt: int, deadline: float | None) -> tuple[JobState | None, str, dict[str, object]]:
+    def run_attempt(
+        self, attempt: int, deadline: float | None
+    ) -> tuple[JobState | None, str, dict[str, object]]:
         """Run every node once. Returns (final state or None to restart, message, failure info)."""
         nodes = self._spawn_nodes(attempt)
         running = False
@@ -174,7 +194,10 @@ class Supervisor:
                 return JobState.SUCCEEDED, "all ranks finished", {}
             failed = [n for n, c in codes.items() if c not in (None, 0)]
             if deadline is not None and time.time() > deadline and self.stop_reason is None:
-                self.stop_reason = (JobState.FAILED, f"timeLimit {self.job.spec.time_limit} exceeded")
+                self.stop_reason = (
+                    JobState.FAILED,
+                    f"timeLimit {self.job.spec.time_limit} exceeded",
+                )
             if failed or self.stop_reason:
                 time.sleep(0.3)  # let the failing rank finish writing its record
                 codes = {i: p.poll() for i, p in enumerate(nodes)}
@@ -187,7 +210,11 @@ class Supervisor:
                     state, message = self.stop_reason
                     return state, message, {}
                 info = self._failure(attempt, codes)
-                where = f"rank {info['rank']}" if info.get("rank") is not None else f"node {info.get('node')}"
+                where = (
+                    f"rank {info['rank']}"
+                    if info.get("rank") is not None
+                    else f"node {info.get('node')}"
+                )
                 return None, f"{where} failed", info
             time.sleep(POLL_SECONDS)
 
@@ -206,13 +233,20 @@ class Supervisor:
                 self.run.record(Event(state, attempt=attempt, message=message))
                 return
             if attempt > self.job.spec.max_restarts:
-                self.run.record(Event(JobState.FAILED, attempt=attempt, message=message, data=failure),
-                                failure=failure)
+                self.run.record(
+                    Event(JobState.FAILED, attempt=attempt, message=message, data=failure),
+                    failure=failure,
+                )
                 return
             self.run.record(Event(RESTARTING, attempt=attempt, message=message, data=failure))
             attempt += 1
-            self.run.record(Event(JobState.STARTING, attempt=attempt,
-                                  message=f"restart {attempt - 1} of {self.job.spec.max_restarts}"))
+            self.run.record(
+                Event(
+                    JobState.STARTING,
+                    attempt=attempt,
+                    message=f"restart {attempt - 1} of {self.job.spec.max_restarts}",
+                )
+            )
 
 
 def _daemonize() -> None:
@@ -240,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sup = Supervisor(run, ns.capacity)
     sup.install_signals()
-    atomic_write(run.path / SUPERVISOR_INFO, json.dumps({"pid": os.getpid(), "started": time.time()}))
+    atomic_write(
+        run.path / SUPERVISOR_INFO, json.dumps({"pid": os.getpid(), "started": time.time()})
+    )
     try:
         sup.run_job()
     except BaseException as exc:
@@ -249,8 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         _procs.stop_job(run.id, read_json(run.path / "processes.json", {}).get("pgids", []))
         if not JobState(run.status().get("state", JobState.QUEUED)).is_finished():
-            run.record(Event(JobState.FAILED, attempt=run.status().get("attempt", 0),
-                             message=f"supervisor error: {exc!r}"))
+            run.record(
+                Event(
+                    JobState.FAILED,
+                    attempt=run.status().get("attempt", 0),
+                    message=f"supervisor error: {exc!r}",
+                )
+            )
         return 1
     finally:
         lock.release()

@@ -58,14 +58,25 @@ class LocalBackend(Backend):
                 f"{job.spec.gpus_per_node}) but this local backend has {self.capacity}; "
                 f"lower spec.nodes/gpusPerNode or raise AVIFLOW_LOCAL_CAPACITY"
             )
-        meta = {"user": getpass.getuser(), "backend": self.name, "capacity": self.capacity,
-                "code_hash": bundle.content_hash, "origin": bundle.origin}
+        meta = {
+            "user": getpass.getuser(),
+            "backend": self.name,
+            "capacity": self.capacity,
+            "code_hash": bundle.content_hash,
+            "origin": bundle.origin,
+        }
         run = self.store.create(job, bundle.store_files(), meta)
         run.record(Event(JobState.QUEUED, attempt=0, message="waiting for GPU slots"))
         try:
             self._start_supervisor(run)
         except BaseException:
-            run.record(Event(JobState.FAILED, attempt=0, message="the job supervisor did not start; see supervisor.log"))
+            run.record(
+                Event(
+                    JobState.FAILED,
+                    attempt=0,
+                    message="the job supervisor did not start; see supervisor.log",
+                )
+            )
             raise
         return run.id
 
@@ -98,7 +109,9 @@ class LocalBackend(Backend):
             self._reap_orphan(run, state=JobState.CANCELLED, message="cancelled")
         left = _procs.tagged(run.id)
         if left:
-            raise BackendError(f"cancel of {run.id}: processes {[p.pid for p in left]} survived SIGKILL")
+            raise BackendError(
+                f"cancel of {run.id}: processes {[p.pid for p in left]} survived SIGKILL"
+            )
         return True
 
     def list_ids(self) -> list[str]:
@@ -112,9 +125,19 @@ class LocalBackend(Backend):
         log = open(run.path / "supervisor.log", "ab")  # noqa: SIM115
         try:
             intermediate = subprocess.Popen(
-                [sys.executable, "-m", "aviflow.backends._supervisor", str(run.path),
-                 "--capacity", str(self.capacity), "--daemonize"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "aviflow.backends._supervisor",
+                    str(run.path),
+                    "--capacity",
+                    str(self.capacity),
+                    "--daemonize",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                close_fds=True,
                 start_new_session=True,
             )
         finally:
@@ -126,7 +149,9 @@ class LocalBackend(Backend):
             if (run.path / SUPERVISOR_INFO).exists():
                 return
             time.sleep(0.02)
-        raise BackendError(f"job supervisor did not report in 30s; see {run.path / 'supervisor.log'}")
+        raise BackendError(
+            f"job supervisor did not report in 30s; see {run.path / 'supervisor.log'}"
+        )
 
     @staticmethod
     def _starting(run: RunDir) -> bool:
@@ -139,8 +164,12 @@ class LocalBackend(Backend):
     def _supervisor_alive(run: RunDir) -> bool:
         return _procs.is_locked(run.path / SUPERVISOR_LOCK)
 
-    def _reap_orphan(self, run: RunDir, state: JobState = JobState.FAILED,
-                     message: str = "the job supervisor exited unexpectedly; see supervisor.log") -> None:
+    def _reap_orphan(
+        self,
+        run: RunDir,
+        state: JobState = JobState.FAILED,
+        message: str = "the job supervisor exited unexpectedly; see supervisor.log",
+    ) -> None:
         """The supervisor is gone but the job is not finished: stop what is left, record it."""
         lock = _procs.FileLock(run.path / SUPERVISOR_LOCK)
         if not lock.acquire(blocking=False):

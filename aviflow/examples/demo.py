@@ -39,8 +39,10 @@ def main() -> int:
     first, last = rows[0]["loss"], rows[-1]["loss"]
     print(f"loss went from {first:.4f} to {last:.4f} over {len(rows)} steps")
     print(f"latest checkpoint: {job.latest_checkpoint()['path']}")
-    print(f"GPU-seconds allocated: {job.usage().gpu_seconds:.1f} "
-          f"({job.spec.spec.nodes} nodes x {job.spec.spec.gpus_per_node} GPUs)")
+    print(
+        f"GPU-seconds allocated: {job.usage().gpu_seconds:.1f} "
+        f"({job.spec.spec.nodes} nodes x {job.spec.spec.gpus_per_node} GPUs)"
+    )
     return 0
 
 

@@ -38,8 +38,14 @@ def node_rank_from_env(env: dict[str, str]) -> int:
 
 
 def _heartbeat(run: RunDir, node: NodeInfo, state: str, **extra: object) -> None:
-    beat = {"node": node.node_rank, "attempt": node.attempt, "pid": os.getpid(),
-            "time": time.time(), "state": state, **extra}
+    beat = {
+        "node": node.node_rank,
+        "attempt": node.attempt,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "state": state,
+        **extra,
+    }
     atomic_write(run.heartbeats_dir / f"node-{node.node_rank}.json", json.dumps(beat))
 
 
@@ -54,7 +60,9 @@ def _redirect(path: Path) -> None:
 
 def main() -> int:
     env = dict(os.environ)
-    run_dir = Path(env.get("AVIFLOW_RUN_DIR") or sys.exit("aviflow.runtime: AVIFLOW_RUN_DIR is not set"))
+    run_dir = Path(
+        env.get("AVIFLOW_RUN_DIR") or sys.exit("aviflow.runtime: AVIFLOW_RUN_DIR is not set")
+    )
     run = RunDir(run_dir)
     job = run.spec()
     manifest = read_json(run.code_dir / MANIFEST, {})
@@ -74,10 +82,14 @@ def main() -> int:
     resume_from = checkpoints[-1]["path"] if checkpoints and node.attempt > 1 else None
     program = rank_program(sys.executable, run_dir, job, manifest.get("entrypoint"))
     config = manifest.get("accelerate_config")
-    argv = accelerate_argv(sys.executable, node, job, program,
-                           run.code_dir / config if config else None)
-    print(f"=== attempt {node.attempt} node {node.node_rank}/{node.num_nodes} "
-          f"main {node.main_addr}:{node.main_port} resume_from={resume_from} ===", flush=True)
+    argv = accelerate_argv(
+        sys.executable, node, job, program, run.code_dir / config if config else None
+    )
+    print(
+        f"=== attempt {node.attempt} node {node.node_rank}/{node.num_nodes} "
+        f"main {node.main_addr}:{node.main_port} resume_from={resume_from} ===",
+        flush=True,
+    )
     _heartbeat(run, node, "starting")
     child = subprocess.Popen(argv, env=node_env(env, node, job, resume_from), cwd=run.code_dir)
 

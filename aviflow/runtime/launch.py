@@ -52,18 +52,25 @@ def accelerate_argv(
             argv.append("--multi_gpu")
         argv += ["--mixed_precision", job.spec.accelerate.mixed_precision, "--dynamo_backend", "no"]
     argv += [
-        "--num_machines", str(node.num_nodes),
-        "--machine_rank", str(node.node_rank),
-        "--num_processes", str(total),
-        "--main_process_ip", node.main_addr,
-        "--main_process_port", str(node.main_port),
+        "--num_machines",
+        str(node.num_nodes),
+        "--machine_rank",
+        str(node.node_rank),
+        "--num_processes",
+        str(total),
+        "--main_process_ip",
+        node.main_addr,
+        "--main_process_port",
+        str(node.main_port),
         "--no_python",
         *program,
     ]
     return argv
 
 
-def node_env(base: dict[str, str], node: NodeInfo, job: TrainJob, resume_from: str | None) -> dict[str, str]:
+def node_env(
+    base: dict[str, str], node: NodeInfo, job: TrainJob, resume_from: str | None
+) -> dict[str, str]:
     """The environment of the launcher and, through it, of every rank on this node."""
     env = dict(base)
     env.update(job.spec.env)

@@ -22,15 +22,27 @@ TINY = Path(aviflow.__file__).parent / "examples" / "tiny_regression.py"
 
 
 def cli(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aviflow", "--root", str(root), *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "AVIFLOW_ROOT": str(root)})
+    return subprocess.run(
+        [sys.executable, "-m", "aviflow", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "AVIFLOW_ROOT": str(root)},
+    )
 
 
 def write_spec(tmp_path: Path, name: str, **spec) -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "aviflow.dev/v1", "kind": "TrainJob",
-                                    "metadata": {"name": name}, "spec": spec}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "aviflow.dev/v1",
+                "kind": "TrainJob",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        )
+    )
     return path
 
 
@@ -52,8 +64,14 @@ def test_unknown_job_exits_4(run_root):
 def test_submit_detached_then_follow_with_every_command(tmp_path, run_root, leftover_processes):
     # --- a job submitted without --wait outlives the CLI process that submitted it
     (tmp_path / "train.py").write_text(TINY.read_text())
-    path = write_spec(tmp_path, "cli-job", nodes=2, gpusPerNode=1, scriptFile="train.py",
-                      env={"TINY_STEPS": "12", "TINY_CKPT_EVERY": "6"})
+    path = write_spec(
+        tmp_path,
+        "cli-job",
+        nodes=2,
+        gpusPerNode=1,
+        scriptFile="train.py",
+        env={"TINY_STEPS": "12", "TINY_CKPT_EVERY": "6"},
+    )
     submitted = cli(run_root, "submit", str(path))
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
@@ -89,15 +107,25 @@ def test_submit_detached_then_follow_with_every_command(tmp_path, run_root, left
 
 @pytest.mark.training
 def test_wait_reports_progress_and_exit_code_of_a_failed_job(tmp_path, run_root):
-    path = write_spec(tmp_path, "failing", nodes=2, gpusPerNode=1,
-                      script="import sys\nprint('about to fail')\nraise SystemExit(3)\n")
+    path = write_spec(
+        tmp_path,
+        "failing",
+        nodes=2,
+        gpusPerNode=1,
+        script="import sys\nprint('about to fail')\nraise SystemExit(3)\n",
+    )
     started = time.monotonic()
     result = cli(run_root, "submit", str(path), "--wait")
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     job_id = lines[0]
-    assert any(line.endswith(f"{job_id} QUEUED") or f"{job_id} STARTING" in line for line in lines[1:])
+    assert any(
+        line.endswith(f"{job_id} QUEUED") or f"{job_id} STARTING" in line for line in lines[1:]
+    )
     assert f"{job_id} FAILED" in lines
-    assert "first failure: rank 0 (node 0)" in result.stderr or "first failure: rank 1 (node 1)" in result.stderr
+    assert (
+        "first failure: rank 0 (node 0)" in result.stderr
+        or "first failure: rank 1 (node 1)" in result.stderr
+    )
     assert "SystemExit(3)" in result.stderr
     assert time.monotonic() - started < 600

@@ -26,9 +26,20 @@ Root Cause (first observed failure):
 ============================================================
 """
 
-GLOO = {"rank": 2, "time": 1.0, "exception": "RuntimeError",
-        "message": "[pair.cc:561] Connection closed by peer [127.0.0.1]:14987.", "traceback": "..."}
-USER = {"rank": 3, "time": 2.0, "exception": "ValueError", "message": "bad batch", "traceback": "tb"}
+GLOO = {
+    "rank": 2,
+    "time": 1.0,
+    "exception": "RuntimeError",
+    "message": "[pair.cc:561] Connection closed by peer [127.0.0.1]:14987.",
+    "traceback": "...",
+}
+USER = {
+    "rank": 3,
+    "time": 2.0,
+    "exception": "ValueError",
+    "message": "bad batch",
+    "traceback": "tb",
+}
 
 
 def test_launcher_root_cause_is_parsed():
@@ -42,8 +53,13 @@ def test_a_user_error_beats_earlier_communication_errors():
 
 def test_a_killed_rank_beats_the_communication_errors_it_caused():
     found = first_failure([GLOO], launcher_root_causes(NODE_LOG))
-    assert found == {"rank": 1, "exception": "Signal", "message": "rank 1 was killed by signal 9",
-                     "traceback": "", "exit_code": -9}
+    assert found == {
+        "rank": 1,
+        "exception": "Signal",
+        "message": "rank 1 was killed by signal 9",
+        "traceback": "",
+        "exit_code": -9,
+    }
 
 
 def test_only_communication_errors_fall_back_to_the_earliest():

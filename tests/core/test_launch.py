@@ -18,50 +18,112 @@ def job(**spec):
 
 
 def node(rank=1, use_cpu=True, attempt=1):
-    return NodeInfo(run_dir=RUN, node_rank=rank, num_nodes=2, procs_per_node=4,
-                    main_addr="tiny-0.tiny", main_port=29500, attempt=attempt, use_cpu=use_cpu)
+    return NodeInfo(
+        run_dir=RUN,
+        node_rank=rank,
+        num_nodes=2,
+        procs_per_node=4,
+        main_addr="tiny-0.tiny",
+        main_port=29500,
+        attempt=attempt,
+        use_cpu=use_cpu,
+    )
 
 
 def test_rank_program_for_a_script():
     assert rank_program("/py", RUN, job(), "train.py") == [
-        "/py", "-m", "aviflow.runtime.rank", "--run-dir", "/runs/tiny-1234abcd",
-        "--script", "/runs/tiny-1234abcd/code/train.py",
+        "/py",
+        "-m",
+        "aviflow.runtime.rank",
+        "--run-dir",
+        "/runs/tiny-1234abcd",
+        "--script",
+        "/runs/tiny-1234abcd/code/train.py",
     ]
 
 
 def test_rank_program_for_a_command():
     j = job(scriptFile=None, command=["python", "-m", "pkg.train", "--lr", "3e-4"])
     assert rank_program("/py", RUN, j, None) == [
-        "/py", "-m", "aviflow.runtime.rank", "--run-dir", "/runs/tiny-1234abcd",
-        "--exec", "--", "python", "-m", "pkg.train", "--lr", "3e-4",
+        "/py",
+        "-m",
+        "aviflow.runtime.rank",
+        "--run-dir",
+        "/runs/tiny-1234abcd",
+        "--exec",
+        "--",
+        "python",
+        "-m",
+        "pkg.train",
+        "--lr",
+        "3e-4",
     ]
 
 
 def test_accelerate_argv_multi_node():
     assert accelerate_argv("/py", node(), job(), ["PROG"], None) == [
-        "/py", "-m", "accelerate.commands.launch", "--multi_gpu",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--num_machines", "2", "--machine_rank", "1", "--num_processes", "8",
-        "--main_process_ip", "tiny-0.tiny", "--main_process_port", "29500",
-        "--no_python", "PROG",
+        "/py",
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--num_machines",
+        "2",
+        "--machine_rank",
+        "1",
+        "--num_processes",
+        "8",
+        "--main_process_ip",
+        "tiny-0.tiny",
+        "--main_process_port",
+        "29500",
+        "--no_python",
+        "PROG",
     ]
 
 
 def test_accelerate_argv_with_config_file_lets_the_file_choose_the_distributed_type():
     j = job(accelerate={"configFile": "fsdp.yaml", "mixedPrecision": "bf16"})
     assert accelerate_argv("/py", node(), j, ["PROG"], Path("/c/fsdp.yaml")) == [
-        "/py", "-m", "accelerate.commands.launch", "--config_file", "/c/fsdp.yaml",
-        "--mixed_precision", "bf16",
-        "--num_machines", "2", "--machine_rank", "1", "--num_processes", "8",
-        "--main_process_ip", "tiny-0.tiny", "--main_process_port", "29500",
-        "--no_python", "PROG",
+        "/py",
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "/c/fsdp.yaml",
+        "--mixed_precision",
+        "bf16",
+        "--num_machines",
+        "2",
+        "--machine_rank",
+        "1",
+        "--num_processes",
+        "8",
+        "--main_process_ip",
+        "tiny-0.tiny",
+        "--main_process_port",
+        "29500",
+        "--no_python",
+        "PROG",
     ]
 
 
 def test_single_process_is_not_multi_gpu():
-    one = NodeInfo(run_dir=RUN, node_rank=0, num_nodes=1, procs_per_node=1, main_addr="127.0.0.1",
-                   main_port=1, attempt=1, use_cpu=True)
-    assert "--multi_gpu" not in accelerate_argv("/py", one, job(nodes=1, gpusPerNode=1), ["P"], None)
+    one = NodeInfo(
+        run_dir=RUN,
+        node_rank=0,
+        num_nodes=1,
+        procs_per_node=1,
+        main_addr="127.0.0.1",
+        main_port=1,
+        attempt=1,
+        use_cpu=True,
+    )
+    assert "--multi_gpu" not in accelerate_argv(
+        "/py", one, job(nodes=1, gpusPerNode=1), ["P"], None
+    )
 
 
 def test_node_env_on_cpu_and_gpu():

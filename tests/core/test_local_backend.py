@@ -17,4 +17,7 @@ def test_a_job_being_submitted_is_not_mistaken_for_an_orphan(local_backend):
     meta["submitted"] -= 3600  # an hour later, still no supervisor: it is an orphan
     run.write_meta(meta)
     assert local_backend.status(run.id)["state"] == "FAILED"
-    assert local_backend.status(run.id)["message"] == "the job supervisor exited unexpectedly; see supervisor.log"
+    assert (
+        local_backend.status(run.id)["message"]
+        == "the job supervisor exited unexpectedly; see supervisor.log"
+    )

@@ -11,9 +11,32 @@ from aviflow.names import DNS1123_LABEL, label_value, slugify
 from aviflow.spec import TrainJob
 
 HOSTILE = [
-    "resnet-50", "ResNet-50", "resnet_50", "resnet.50", "-leading", "trailing-", "--both--",
-    "Ünïcødé", "日本語", "a" * 70, "a" * 71, "a" * 63, "a---b", "A---B", "my run", "my_run", "my-run",
-    "x", "X", "0", "-", "_", "a b c", "a  b c", "émile", "emile",
+    "resnet-50",
+    "ResNet-50",
+    "resnet_50",
+    "resnet.50",
+    "-leading",
+    "trailing-",
+    "--both--",
+    "Ünïcødé",
+    "日本語",
+    "a" * 70,
+    "a" * 71,
+    "a" * 63,
+    "a---b",
+    "A---B",
+    "my run",
+    "my_run",
+    "my-run",
+    "x",
+    "X",
+    "0",
+    "-",
+    "_",
+    "a b c",
+    "a  b c",
+    "émile",
+    "emile",
 ]
 
 
@@ -44,8 +67,9 @@ def test_injective_over_many_random_names():
 
 
 def test_short_slugs_for_job_ids():
-    long = TrainJob.from_dict({"metadata": {"name": "Very Long Experiment Name " * 4},
-                               "spec": {"script": "pass"}})
+    long = TrainJob.from_dict(
+        {"metadata": {"name": "Very Long Experiment Name " * 4}, "spec": {"script": "pass"}}
+    )
     assert len(long.slug) <= 40
     assert DNS1123_LABEL.match(long.slug)
 

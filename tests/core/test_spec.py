@@ -49,8 +49,14 @@ def test_v1_fixture_loads_and_round_trips():
 def test_defaults_are_explicit_after_round_trip():
     job = TrainJob.from_dict(BASE)
     assert job.to_dict()["spec"] == {
-        "queue": "default", "nodes": 2, "gpusPerNode": 2, "script": "print('hi')", "env": {},
-        "accelerate": {"mixedPrecision": "no"}, "checkpoints": {"keepLast": 3}, "maxRestarts": 0,
+        "queue": "default",
+        "nodes": 2,
+        "gpusPerNode": 2,
+        "script": "print('hi')",
+        "env": {},
+        "accelerate": {"mixedPrecision": "no"},
+        "checkpoints": {"keepLast": 3},
+        "maxRestarts": 0,
     }
     assert json.loads(job.to_json())["apiVersion"] == "aviflow.dev/v1"
 
@@ -60,49 +66,100 @@ def test_defaults_are_explicit_after_round_trip():
     [
         (with_spec(gpuPerNode=2), "spec.gpuPerNode: unknown key; did you mean 'gpusPerNode'?"),
         ({**BASE, "metdata": {"name": "x"}}, "metdata: unknown key; did you mean 'metadata'?"),
-        (with_spec(accelerate={"mixedPrecison": "bf16"}),
-         "spec.accelerate.mixedPrecison: unknown key; did you mean 'mixedPrecision'?"),
+        (
+            with_spec(accelerate={"mixedPrecison": "bf16"}),
+            "spec.accelerate.mixedPrecison: unknown key; did you mean 'mixedPrecision'?",
+        ),
         (with_spec(nodes=0), "spec.nodes: must be between 1 and 512, got 0"),
         (with_spec(nodes=-3), "spec.nodes: must be between 1 and 512, got -3"),
         (with_spec(nodes=10**12), "spec.nodes: must be between 1 and 512, got 1000000000000"),
-        (with_spec(gpusPerNode=9),
-         "spec.gpusPerNode: must be between 1 and 8 (an HGX node has 8 GPUs), got 9; use more nodes for more GPUs"),
+        (
+            with_spec(gpusPerNode=9),
+            "spec.gpusPerNode: must be between 1 and 8 (an HGX node has 8 GPUs), got 9; use more nodes for more GPUs",
+        ),
         (with_spec(nodes="2"), "spec.nodes: Input should be a valid integer (got str '2')"),
         (with_spec(nodes=True), "spec.nodes: Input should be a valid integer (got bool True)"),
         (with_spec(nodes=2.5), "spec.nodes: Input should be a valid integer (got float 2.5)"),
         (with_spec(env=["A=1"]), "spec.env: Input should be a valid dictionary (got list ['A=1'])"),
-        (with_spec(maxRestarts=1000), "spec.maxRestarts: Input should be less than or equal to 100 (got 1000)"),
-        (with_spec(timeLimit="4 hours"),
-         "spec.timeLimit: '4 hours' is not a duration; use e.g. '90s', '30m', '4h' or '1h30m'"),
+        (
+            with_spec(maxRestarts=1000),
+            "spec.maxRestarts: Input should be less than or equal to 100 (got 1000)",
+        ),
+        (
+            with_spec(timeLimit="4 hours"),
+            "spec.timeLimit: '4 hours' is not a duration; use e.g. '90s', '30m', '4h' or '1h30m'",
+        ),
         (with_spec(timeLimit="9999d"), "spec.timeLimit: '9999d' is out of range; give 1s to 30d"),
-        (with_spec(memoryPerNode="1Ei"), "spec.memoryPerNode: '1Ei' is not a quantity; use e.g. '16', '500m', '64Gi'"),
-        (with_spec(memoryPerNode="100Pi"), "spec.memoryPerNode: '100Pi' is out of range; give up to 64Ti, e.g. '512Gi'"),
-        (with_spec(cpuPerNode=100000), "spec.cpuPerNode: 100000 is out of range; give 1m to 1024 cores"),
-        (with_spec(queue="Team A"),
-         "spec.queue: 'Team A' is not a queue name; use lowercase letters, digits and '-' (at most 63)"),
-        (with_spec(env={"RANK": "3"}), "spec.env: RANK is set by the Aviflow runtime and cannot be overridden"),
-        (with_spec(env={"1BAD": "x"}), "spec.env: '1BAD' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)"),
-        (with_spec(script=None), "spec: give exactly one of script, scriptFile or command (got none)"),
-        (with_spec(command=["python", "x.py"]),
-         "spec: give exactly one of script, scriptFile or command (got script and command)"),
-        (with_spec(script=None, scriptFile="../../etc/passwd.py"),
-         "spec: scriptFile: '../../etc/passwd.py' climbs out of the spec's directory with '..'; give a path inside it or an absolute path"),
-        (with_spec(accelerate={"configFile": "a/../../x.yaml"}),
-         "spec: accelerate.configFile: 'a/../../x.yaml' climbs out of the spec's directory with '..'; give a path inside it or an absolute path"),
-        (with_spec(script=None, command=[]),
-         "spec.command: must be a non-empty argv list, e.g. ['python', 'train.py', '--lr', '3e-4']"),
-        (with_spec(script="x" * (2 << 20)),
-         "spec.script: is larger than 1048576 bytes; put the code in scriptFile"),
-        ({**BASE, "apiVersion": "aviflow.dev/v2"}, "apiVersion: must be 'aviflow.dev/v1', got 'aviflow.dev/v2'"),
+        (
+            with_spec(memoryPerNode="1Ei"),
+            "spec.memoryPerNode: '1Ei' is not a quantity; use e.g. '16', '500m', '64Gi'",
+        ),
+        (
+            with_spec(memoryPerNode="100Pi"),
+            "spec.memoryPerNode: '100Pi' is out of range; give up to 64Ti, e.g. '512Gi'",
+        ),
+        (
+            with_spec(cpuPerNode=100000),
+            "spec.cpuPerNode: 100000 is out of range; give 1m to 1024 cores",
+        ),
+        (
+            with_spec(queue="Team A"),
+            "spec.queue: 'Team A' is not a queue name; use lowercase letters, digits and '-' (at most 63)",
+        ),
+        (
+            with_spec(env={"RANK": "3"}),
+            "spec.env: RANK is set by the Aviflow runtime and cannot be overridden",
+        ),
+        (
+            with_spec(env={"1BAD": "x"}),
+            "spec.env: '1BAD' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            with_spec(script=None),
+            "spec: give exactly one of script, scriptFile or command (got none)",
+        ),
+        (
+            with_spec(command=["python", "x.py"]),
+            "spec: give exactly one of script, scriptFile or command (got script and command)",
+        ),
+        (
+            with_spec(script=None, scriptFile="../../etc/passwd.py"),
+            "spec: scriptFile: '../../etc/passwd.py' climbs out of the spec's directory with '..'; give a path inside it or an absolute path",
+        ),
+        (
+            with_spec(accelerate={"configFile": "a/../../x.yaml"}),
+            "spec: accelerate.configFile: 'a/../../x.yaml' climbs out of the spec's directory with '..'; give a path inside it or an absolute path",
+        ),
+        (
+            with_spec(script=None, command=[]),
+            "spec.command: must be a non-empty argv list, e.g. ['python', 'train.py', '--lr', '3e-4']",
+        ),
+        (
+            with_spec(script="x" * (2 << 20)),
+            "spec.script: is larger than 1048576 bytes; put the code in scriptFile",
+        ),
+        (
+            {**BASE, "apiVersion": "aviflow.dev/v2"},
+            "apiVersion: must be 'aviflow.dev/v1', got 'aviflow.dev/v2'",
+        ),
         ({**BASE, "kind": "Job"}, "kind: must be 'TrainJob', got 'Job'"),
-        ({**BASE, "metadata": {"name": "../../etc"}},
-         "metadata.name: '../../etc' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'"),
-        ({**BASE, "metadata": {"name": "a\x00b"}},
-         "metadata.name: 'a\\x00b' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'"),
+        (
+            {**BASE, "metadata": {"name": "../../etc"}},
+            "metadata.name: '../../etc' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'",
+        ),
+        (
+            {**BASE, "metadata": {"name": "a\x00b"}},
+            "metadata.name: 'a\\x00b' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'",
+        ),
         ({**BASE, "metadata": {"name": ""}}, "metadata.name: must not be empty"),
-        ({**BASE, "metadata": {"name": "n" * 500}}, "metadata.name: is 500 characters long; at most 128 are allowed"),
-        ({**BASE, "metadata": {"name": "x", "labels": {"team": "a b"}}},
-         "metadata.labels: label team='a b': values are at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric"),
+        (
+            {**BASE, "metadata": {"name": "n" * 500}},
+            "metadata.name: is 500 characters long; at most 128 are allowed",
+        ),
+        (
+            {**BASE, "metadata": {"name": "x", "labels": {"team": "a b"}}},
+            "metadata.labels: label team='a b': values are at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric",
+        ),
         ({k: v for k, v in BASE.items() if k != "spec"}, "spec: required key is missing"),
     ],
 )

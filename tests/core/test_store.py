@@ -14,7 +14,9 @@ from aviflow.spec import TrainJob
 from aviflow.status import RESTARTING, Event, JobState, usage_from_events
 from aviflow.store import RunStore, atomic_write, read_lines
 
-JOB = TrainJob.from_dict({"metadata": {"name": "tiny"}, "spec": {"nodes": 2, "gpusPerNode": 2, "script": "print(1)"}})
+JOB = TrainJob.from_dict(
+    {"metadata": {"name": "tiny"}, "spec": {"nodes": 2, "gpusPerNode": 2, "script": "print(1)"}}
+)
 
 
 def test_create_writes_a_complete_job_directory(tmp_path):
@@ -23,7 +25,14 @@ def test_create_writes_a_complete_job_directory(tmp_path):
     run = store.create(JOB, bundle.store_files(), {"user": "ada"})
     assert run.id.startswith("tiny-") and len(run.id) == len("tiny-") + 8
     assert sorted(p.name for p in run.path.iterdir()) == [
-        "checkpoints", "code", "failures", "heartbeats", "job.yaml", "logs", "meta.json"]
+        "checkpoints",
+        "code",
+        "failures",
+        "heartbeats",
+        "job.yaml",
+        "logs",
+        "meta.json",
+    ]
     assert (run.code_dir / "train.py").read_text() == "print(1)"
     assert run.spec() == JOB
     manifest = (run.code_dir / "MANIFEST.json").read_text()
@@ -66,7 +75,9 @@ def test_failed_create_leaves_nothing(tmp_path):
     assert not (tmp_path.parent / "escape.txt").exists()
 
 
-@pytest.mark.parametrize("bad", ["../etc", "..", "a/b", "/etc/passwd", "UPPER", "", "x" * 64, "a\x00"])
+@pytest.mark.parametrize(
+    "bad", ["../etc", "..", "a/b", "/etc/passwd", "UPPER", "", "x" * 64, "a\x00"]
+)
 def test_ids_cannot_escape_the_root(tmp_path, bad):
     with pytest.raises(JobNotFound):
         RunStore(tmp_path).get(bad)

@@ -31,7 +31,9 @@ def test_log_writes_rows_on_the_main_process_only(local_run, monkeypatch):
     assert rows[0]["values"] == {"loss": 0.5, "lr": 1e-3, "tag": "warmup", "nan": "nan"}
 
 
-@pytest.mark.parametrize(("values", "step"), [({}, 1), ({"a": 1}, -1), ({"a": 1}, 1.5), ({"a": object()}, 1), ("x", 1)])
+@pytest.mark.parametrize(
+    ("values", "step"), [({}, 1), ({"a": 1}, -1), ({"a": 1}, 1.5), ({"a": object()}, 1), ("x", 1)]
+)
 def test_log_rejects_bad_input(local_run, values, step):
     with pytest.raises(TypeError):
         aviflow.log(values, step=step)

@@ -27,9 +27,16 @@ WAIT = 420  # seconds; a loaded 2-core machine can be slow to start 4 torch proc
 
 def tiny(name="tiny", nodes=2, gpus=2, env=None, **spec):
     return {
-        "apiVersion": "aviflow.dev/v1", "kind": "TrainJob", "metadata": {"name": name},
-        "spec": {"nodes": nodes, "gpusPerNode": gpus, "scriptFile": str(TINY),
-                 "env": {"TINY_STEPS": "30", "TINY_CKPT_EVERY": "10", **(env or {})}, **spec},
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "nodes": nodes,
+            "gpusPerNode": gpus,
+            "scriptFile": str(TINY),
+            "env": {"TINY_STEPS": "30", "TINY_CKPT_EVERY": "10", **(env or {})},
+            **spec,
+        },
     }
 
 
@@ -52,8 +59,14 @@ def test_two_nodes_train_and_results_come_back(local_backend, leftover_processes
     latest = Path(job.latest_checkpoint()["path"])
     assert latest.name == "step-000000030"
     assert {p.name for p in latest.iterdir()} >= {
-        "model.safetensors", "optimizer.bin", "aviflow-checkpoint.json",
-        "random_states_0.pkl", "random_states_1.pkl", "random_states_2.pkl", "random_states_3.pkl"}
+        "model.safetensors",
+        "optimizer.bin",
+        "aviflow-checkpoint.json",
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+        "random_states_2.pkl",
+        "random_states_3.pkl",
+    }
 
     assert local_backend.ranks(job.id) == [0, 1, 2, 3]
     assert "step   30  loss" in job.logs(rank=0)
@@ -69,16 +82,22 @@ def test_two_nodes_train_and_results_come_back(local_backend, leftover_processes
     assert leftover_processes(job.id) == []
 
 
-ACCELERATE_TEST_SCRIPT = Path(find_spec("accelerate").origin).parent / "test_utils" / "scripts" / "test_script.py"
+ACCELERATE_TEST_SCRIPT = (
+    Path(find_spec("accelerate").origin).parent / "test_utils" / "scripts" / "test_script.py"
+)
 
 
 def test_accelerate_own_distributed_test_script_passes_across_two_nodes(local_backend):
     # 2 nodes x 1 process: the script's test_split_between_processes_tensor hard-codes two
     # processes (rows 0 and 1 of a 2-row tensor), so with 4 processes it fails under a bare
     # `accelerate launch` exactly as under Aviflow; see the 2 x 2 test below.
-    job = aviflow.submit({"metadata": {"name": "accelerate-test-script"},
-                          "spec": {"nodes": 2, "gpusPerNode": 1, "scriptFile": str(ACCELERATE_TEST_SCRIPT)}},
-                         backend=local_backend)
+    job = aviflow.submit(
+        {
+            "metadata": {"name": "accelerate-test-script"},
+            "spec": {"nodes": 2, "gpusPerNode": 1, "scriptFile": str(ACCELERATE_TEST_SCRIPT)},
+        },
+        backend=local_backend,
+    )
     assert job.wait(timeout=WAIT) == JobState.SUCCEEDED, job.logs(tail=80)
     log0 = job.logs(rank=0)
     assert "**Test process execution**" in log0
@@ -91,9 +110,13 @@ def test_accelerate_test_script_as_2x2_fails_where_bare_accelerate_fails(local_b
     # accelerate 1.15's script asserts that ranks >= 1 get row 1 of a 2-row tensor; ranks 2
     # and 3 get none. A bare 2 x 2 `accelerate launch` fails with the same AssertionError;
     # Aviflow must surface it as the first failing rank with its traceback.
-    job = aviflow.submit({"metadata": {"name": "accelerate-test-script-2x2"},
-                          "spec": {"nodes": 2, "gpusPerNode": 2, "scriptFile": str(ACCELERATE_TEST_SCRIPT)}},
-                         backend=local_backend)
+    job = aviflow.submit(
+        {
+            "metadata": {"name": "accelerate-test-script-2x2"},
+            "spec": {"nodes": 2, "gpusPerNode": 2, "scriptFile": str(ACCELERATE_TEST_SCRIPT)},
+        },
+        backend=local_backend,
+    )
     assert job.wait(timeout=WAIT) == JobState.FAILED
     failure = job.failure
     assert failure["rank"] in (2, 3)
@@ -103,15 +126,19 @@ def test_accelerate_test_script_as_2x2_fails_where_bare_accelerate_fails(local_b
 
 
 def test_one_rank_raising_fails_the_job_with_its_traceback(local_backend, leftover_processes):
-    job = aviflow.submit(tiny("boom", env={"TINY_FAIL_RANK": "2", "TINY_FAIL_STEP": "3"}),
-                         backend=local_backend)
+    job = aviflow.submit(
+        tiny("boom", env={"TINY_FAIL_RANK": "2", "TINY_FAIL_STEP": "3"}), backend=local_backend
+    )
     assert job.wait(timeout=WAIT) == JobState.FAILED
     failure = job.failure
     assert failure["rank"] == 2
     assert failure["node"] == 1
     assert failure["exception"] == "RuntimeError"
     assert failure["message"] == "injected failure on rank 2 at step 3"
-    assert 'raise RuntimeError(f"injected failure on rank {fail_rank} at step {step}")' in failure["traceback"]
+    assert (
+        'raise RuntimeError(f"injected failure on rank {fail_rank} at step {step}")'
+        in failure["traceback"]
+    )
     assert job.status_record()["message"] == "rank 2 failed"
     assert states(job)[-1] == "FAILED"
     assert "RuntimeError: injected failure on rank 2 at step 3" in job.logs(rank=2)
@@ -126,11 +153,17 @@ def _rank_process(job_id: str, rank: int) -> psutil.Process:
     raise LookupError(rank)
 
 
-def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(local_backend, leftover_processes):
+def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(
+    local_backend, leftover_processes
+):
     job = aviflow.submit(
-        tiny("phoenix", maxRestarts=1,
-             env={"TINY_STEPS": "40", "TINY_CKPT_EVERY": "5", "TINY_STEP_SLEEP": "0.25"}),
-        backend=local_backend)
+        tiny(
+            "phoenix",
+            maxRestarts=1,
+            env={"TINY_STEPS": "40", "TINY_CKPT_EVERY": "5", "TINY_STEP_SLEEP": "0.25"},
+        ),
+        backend=local_backend,
+    )
     deadline = time.monotonic() + WAIT
     while not any(c["step"] >= 10 for c in job.checkpoints()):
         assert time.monotonic() < deadline and not job.status.is_finished(), job.logs(tail=40)
@@ -141,7 +174,15 @@ def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(local_ba
 
     assert job.wait(timeout=WAIT) == JobState.SUCCEEDED, job.logs(tail=60)
     kinds = states(job)
-    assert kinds == ["QUEUED", "STARTING", "RUNNING", RESTARTING, "STARTING", "RUNNING", "SUCCEEDED"]
+    assert kinds == [
+        "QUEUED",
+        "STARTING",
+        "RUNNING",
+        RESTARTING,
+        "STARTING",
+        "RUNNING",
+        "SUCCEEDED",
+    ]
     restart = next(e for e in job.events() if e.type == RESTARTING)
     assert restart.attempt == 1
     assert restart.data["rank"] == 1
@@ -157,8 +198,10 @@ def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(local_ba
 
 
 def test_cancel_leaves_no_process_behind(local_backend, leftover_processes):
-    job = aviflow.submit(tiny("doomed", env={"TINY_STEPS": "100000", "TINY_STEP_SLEEP": "0.05"}),
-                         backend=local_backend)
+    job = aviflow.submit(
+        tiny("doomed", env={"TINY_STEPS": "100000", "TINY_STEP_SLEEP": "0.05"}),
+        backend=local_backend,
+    )
     deadline = time.monotonic() + WAIT
     while not job.metric_rows():
         assert time.monotonic() < deadline, job.logs(tail=40)
@@ -168,7 +211,11 @@ def test_cancel_leaves_no_process_behind(local_backend, leftover_processes):
     assert job.cancel() is True
     assert job.status == JobState.CANCELLED
     assert leftover_processes(job.id) == []
-    assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not [
+        pid
+        for pid in pids
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
     assert job.cancel() is False  # already finished
 
 
@@ -199,14 +246,21 @@ def test_capacity_queues_jobs_fifo(run_root, leftover_processes):
 
 
 def test_time_limit_is_enforced(local_backend, leftover_processes):
-    job = aviflow.submit({"metadata": {"name": "sleepy"},
-                          "spec": {"nodes": 2, "gpusPerNode": 1, "timeLimit": "15s",
-                                   "command": ["python", "-c", "import time; time.sleep(600)"]}},
-                         backend=local_backend)
+    job = aviflow.submit(
+        {
+            "metadata": {"name": "sleepy"},
+            "spec": {
+                "nodes": 2,
+                "gpusPerNode": 1,
+                "timeLimit": "15s",
+                "command": ["python", "-c", "import time; time.sleep(600)"],
+            },
+        },
+        backend=local_backend,
+    )
     assert job.wait(timeout=WAIT) == JobState.FAILED
     assert job.status_record()["message"] == "timeLimit 15s exceeded"
     events = job.events()
     start = next(e.time for e in events if e.type == "STARTING")
     assert 15 <= events[-1].time - start < 60
     assert leftover_processes(job.id) == []
-
