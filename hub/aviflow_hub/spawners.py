@@ -3,9 +3,15 @@
 Each user's home (their storage) is ``<homes_root>/<slug>``, where the slug is the
 injective DNS-1123 form of the username (:func:`aviflow.names.slugify`), so hostile or
 colliding usernames never share or escape a directory.
+
+The notebooks run as the hub's own user. When that is root (a container, a dev VM), Jupyter
+Server refuses to start ("Running as root is not recommended") and exits, so the spawner then
+passes ``--allow-root``.
 """
 
 from __future__ import annotations
+
+import os
 
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Unicode, default
@@ -24,3 +30,9 @@ class LocalNotebookSpawner(SimpleLocalProcessSpawner):
     @default("home_dir")
     def _default_home_dir(self) -> str:
         return f"{self.homes_root}/{slugify(self.user.name)}"
+
+    def get_args(self) -> list[str]:
+        args = list(super().get_args())
+        if os.geteuid() == 0 and "--allow-root" not in args:
+            args.append("--allow-root")
+        return args

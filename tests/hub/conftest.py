@@ -2,17 +2,25 @@
 
 ``hub_config``
     ``hub_config(**section_overrides)`` -> a config dict for two teams on free ports.
+``hub_factory`` (module scope)
+    ``hub_factory(cfg=None)`` -> another real hub like ``real_hub`` (any config dict), stopped
+    after the module.
 ``real_hub`` (module scope)
     A real JupyterHub process (configurable-http-proxy, the shared-password authenticator,
     local notebooks, aviflow-api on the local backend, the idle culler) on free ports in a
     temp dir. Users: alice (team a), bob (team b), lead (admin of team a), root (hub admin).
     After the module every job is cancelled, the hub is stopped and no process may remain.
+``run_in_kernel``
+    ``run_in_kernel(base, token, code)`` -> ``(stdout, error)``: runs ``code`` in a fresh kernel
+    of the single-user server at ``base`` (``<hub>/user/<name>/``) over its REST API and
+    websocket channels (``websocket-client``, a jupyter_server dependency), then shuts it down.
 ``postgres_url`` (session scope)
     A throwaway PostgreSQL cluster (initdb + pg_ctl as the ``postgres`` user) on a free port.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,14 +30,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import requests
+import websocket
 import yaml
 from aviflow_hub.local import hub_command
 
@@ -93,6 +104,9 @@ class Hub:
         assert m, html[:2000]
         return m.group(1)
 
+    def config(self) -> dict[str, Any]:
+        return yaml.safe_load(self.config_path.read_text())
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
@@ -103,6 +117,38 @@ class Hub:
         r = requests.post(f"{self.url}/hub/api/users/{user}/tokens", json=body, timeout=60)
         assert r.status_code == 201, r.text
         return r.json()["token"]
+
+    def server(self, user: str, token: str) -> dict[str, Any] | None:
+        """The user's default server model from the hub API (None when it has none)."""
+        r = requests.get(f"{self.url}/hub/api/users/{user}", headers={"Authorization": f"token {token}"},
+                         timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["servers"].get("")
+
+    def spawn(self, user: str, token: str, options: dict[str, Any] | None = None,
+              timeout: float = 600) -> dict[str, Any]:
+        """Start the user's server through the hub API and wait until the hub says it is ready."""
+        r = requests.post(f"{self.url}/hub/api/users/{user}/server", json=options or {},
+                          headers={"Authorization": f"token {token}"}, timeout=timeout)
+        assert r.status_code in (201, 202), (r.status_code, r.text, self.log()[-6000:])
+        deadline = time.monotonic() + timeout
+        while True:
+            server = self.server(user, token)
+            assert server is not None, f"the spawn failed:\n{self.log()[-6000:]}"
+            if server["ready"]:
+                return server
+            assert time.monotonic() < deadline, f"not ready in {timeout}s:\n{self.log()[-6000:]}"
+            time.sleep(1)
+
+    def stop_server(self, user: str, token: str, timeout: float = 300) -> None:
+        """Stop the user's server through the hub API and wait until the hub has no server."""
+        r = requests.delete(f"{self.url}/hub/api/users/{user}/server",
+                            headers={"Authorization": f"token {token}"}, timeout=timeout)
+        assert r.status_code in (202, 204), (r.status_code, r.text)
+        deadline = time.monotonic() + timeout
+        while self.server(user, token) is not None:
+            assert time.monotonic() < deadline, f"still stopping after {timeout}s"
+            time.sleep(1)
 
     def call(self, method: str, path: str, token: str | None, **kw: Any) -> requests.Response:
         headers = {"Authorization": f"token {token}"} if token else {}
@@ -180,6 +226,26 @@ def hub_config() -> Any:
 
 
 @pytest.fixture(scope="module")
+def hub_factory() -> Iterator[Any]:
+    """``hub_factory(cfg=None)`` -> a started :class:`Hub` (default: :func:`base_config`), each
+    in its own temp dir; after the module all are stopped and no process may remain."""
+    started: list[tuple[Hub, Path]] = []
+
+    def start(cfg: dict[str, Any] | None = None) -> Hub:
+        directory = Path(tempfile.mkdtemp(prefix="aviflow-hub-"))
+        hub = start_hub(directory, cfg or base_config())
+        started.append((hub, directory))
+        return hub
+
+    yield start
+    survivors = []
+    for hub, directory in started:
+        survivors += stop_hub(hub.process)
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not survivors, f"hub processes survived SIGTERM: {survivors}"
+
+
+@pytest.fixture(scope="module")
 def real_hub() -> Iterator[Hub]:
     directory = Path(tempfile.mkdtemp(prefix="aviflow-hub-"))
     hub = start_hub(directory, base_config())
@@ -191,6 +257,62 @@ def real_hub() -> Iterator[Hub]:
         shutil.rmtree(directory, ignore_errors=True)
         assert not stray, f"jobs left processes behind: {stray}"
         assert not survivors, f"hub processes survived SIGTERM: {survivors}"
+
+
+# -- kernels of a single-user server ------------------------------------------------------------
+
+
+def _message(code: str, session: str) -> dict[str, Any]:
+    return {
+        "header": {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "session": session,
+                   "username": "test", "version": "5.3", "date": datetime.now(UTC).isoformat()},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": False,
+                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+    }
+
+
+def _run_in_kernel(base: str, token: str, code: str, timeout: float = 300) -> tuple[str, str | None]:
+    headers = {"Authorization": f"token {token}"}
+    r = requests.post(f"{base}api/kernels", json={"name": "python3"}, headers=headers, timeout=120)
+    assert r.status_code == 201, (r.status_code, r.text)
+    kernel = r.json()["id"]
+    try:
+        session = uuid.uuid4().hex
+        ws_url = base.replace("http://", "ws://", 1) + f"api/kernels/{kernel}/channels?session_id={session}"
+        ws = websocket.create_connection(ws_url, header=[f"Authorization: token {token}"], timeout=timeout)
+        try:
+            msg = _message(code, session)
+            ws.send(json.dumps(msg))
+            out: list[str] = []
+            error: str | None = None
+            replied = idle = False
+            deadline = time.monotonic() + timeout
+            while not (replied and idle):
+                assert time.monotonic() < deadline, f"no reply in {timeout}s; output so far {out}"
+                reply = json.loads(ws.recv())
+                if reply.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
+                    continue
+                kind, content = reply["msg_type"], reply["content"]
+                if kind == "stream":
+                    out.append(content["text"])
+                elif kind == "error":
+                    error = f"{content['ename']}: {content['evalue']}"
+                elif kind == "execute_reply":
+                    replied = True
+                elif kind == "status" and content["execution_state"] == "idle":
+                    idle = True
+            return "".join(out), error
+        finally:
+            ws.close()
+    finally:
+        requests.delete(f"{base}api/kernels/{kernel}", headers=headers, timeout=120)
+
+
+@pytest.fixture
+def run_in_kernel() -> Any:
+    """``run_in_kernel(base, token, code)`` -> ``(stdout, error)`` (see the module docstring)."""
+    return _run_in_kernel
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
