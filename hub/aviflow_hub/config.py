@@ -76,6 +76,17 @@ class HubSection(_Strict):
     spawner: Literal["local", "kubernetes"] = "local"
     namespace: str | None = None
     default_url: str = Field("/lab", alias="defaultUrl")
+    notebook_port: int = Field(8888, alias="notebookPort", ge=1, le=65535,
+                               description="Port the single-user server listens on (Kubernetes).")
+    notebook_bind: Literal["all", "podIP"] = Field(
+        "all", alias="notebookBind",
+        description="'all': 0.0.0.0; 'podIP': only the pod's own address (pods sharing a host network).")
+    notebook_args: list[str] = Field(default_factory=list, alias="notebookArgs",
+                                     description="Extra arguments for jupyterhub-singleuser.")
+    start_timeout: int = Field(300, alias="startTimeout", ge=10,
+                               description="Seconds a notebook (its pod) may take to start.")
+    http_timeout: int = Field(120, alias="httpTimeout", ge=10,
+                              description="Seconds a started notebook may take to answer.")
 
 
 class DevAuth(_Strict):
@@ -135,6 +146,8 @@ class Profile(_Strict):
     memory: str = Field(description="Memory guaranteed and limited, e.g. '8Gi'.")
     image: str
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list,
+                                              description="Pod tolerations (Kubernetes form).")
     groups: list[str] = Field(default_factory=list,
                               description="Groups allowed to use the profile; empty means everyone.")
     default: bool = False

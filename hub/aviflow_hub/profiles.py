@@ -11,20 +11,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from aviflow._units import parse_quantity
 from aviflow_hub.config import HubConfig, Profile
 
 
 def profile_entry(profile: Profile) -> dict[str, Any]:
-    """One KubeSpawner ``profile_list`` entry (guarantee = limit, so notebooks are Guaranteed QoS)."""
+    """One KubeSpawner ``profile_list`` entry (guarantee = limit, so notebooks are Guaranteed QoS).
+
+    Memory is given in bytes: KubeSpawner's memory traits read ``8G`` as 8 GiB and refuse
+    Kubernetes suffixes such as ``8Gi``.
+    """
     override: dict[str, Any] = {
         "image": profile.image,
         "cpu_guarantee": _cores(profile.cpu),
         "cpu_limit": _cores(profile.cpu),
-        "mem_guarantee": profile.memory,
-        "mem_limit": profile.memory,
+        "mem_guarantee": _bytes(profile.memory),
+        "mem_limit": _bytes(profile.memory),
     }
     if profile.node_selector:
         override["node_selector"] = dict(profile.node_selector)
+    if profile.tolerations:
+        override["tolerations"] = [dict(t) for t in profile.tolerations]
     entry: dict[str, Any] = {
         "display_name": profile.display_name,
         "slug": profile.slug,
@@ -44,9 +51,11 @@ def profiles_for(cfg: HubConfig, groups: Iterable[str], admin: bool = False) -> 
 
 
 def _cores(value: str | int) -> float:
-    from aviflow._units import parse_quantity
-
     return float(parse_quantity(value))
+
+
+def _bytes(value: str) -> int:
+    return round(parse_quantity(value))
 
 
 class ProfileList:

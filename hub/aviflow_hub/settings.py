@@ -15,6 +15,7 @@ from aviflow_hub.authz import CUSTOM_SCOPES, READ_SCOPE, SUBMIT_SCOPE
 from aviflow_hub.config import CULLER_NAME, SERVICE_NAME, HubConfig
 
 API_URL_ENV = "AVIFLOW_API_URL"
+POD_IP_ENV = "POD_IP"
 SERVICE_ACCESS = f"access:services!service={SERVICE_NAME}"
 USER_SCOPES = ["self", SERVICE_ACCESS, READ_SCOPE, SUBMIT_SCOPE]
 # $JUPYTERHUB_API_TOKEN of a notebook: the server role's scopes plus aviflow-api access.
@@ -103,8 +104,13 @@ def authenticator(cfg: HubConfig) -> dict[str, dict[str, Any]]:
 
 def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dict[str, dict[str, Any]]:
     env = notebook_environment(cfg)
-    common = {"environment": env, "default_url": cfg.hub.default_url,
-              "server_token_scopes": list(SERVER_TOKEN_SCOPES)}
+    common: dict[str, Any] = {
+        "environment": env, "default_url": cfg.hub.default_url,
+        "server_token_scopes": list(SERVER_TOKEN_SCOPES),
+        "start_timeout": cfg.hub.start_timeout, "http_timeout": cfg.hub.http_timeout,
+    }
+    if cfg.hub.notebook_args:
+        common["args"] = list(cfg.hub.notebook_args)
     if cfg.hub.spawner == "local":
         return {
             "JupyterHub": {"spawner_class": "aviflow_hub.spawners.LocalNotebookSpawner"},
@@ -115,6 +121,8 @@ def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dic
 
     kube: dict[str, Any] = {
         "profile_list": ProfileList(cfg),
+        "port": cfg.hub.notebook_port,
+        "working_dir": cfg.storage.mount_path,
         "storage_pvc_ensure": True,
         "pvc_name_template": "aviflow-home-{user_server}",
         "storage_capacity": cfg.storage.capacity,
@@ -123,6 +131,11 @@ def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dic
         "volume_mounts": [{"name": "home", "mountPath": cfg.storage.mount_path}],
         "extra_labels": {"app.kubernetes.io/part-of": "aviflow"},
     }
+    if cfg.hub.notebook_bind == "podIP":
+        # Listen on the pod's own address only: $(POD_IP) is expanded by the kubelet in
+        # $JUPYTERHUB_SERVICE_URL (built from `ip`), which jupyterhub-singleuser binds to.
+        kube["ip"] = "$(POD_IP)"
+        kube["environment"] = {**env, POD_IP_ENV: {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}}
     if cfg.storage.storage_class:
         kube["storage_class"] = cfg.storage.storage_class
     if cfg.hub.namespace:

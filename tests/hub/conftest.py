@@ -69,7 +69,7 @@ def base_config(**overrides: Any) -> dict[str, Any]:
                    "gpuQuota": 4},
                   {"name": "team-b", "groups": ["b"], "queue": "queue-b", "gpuQuota": 4}],
         "profiles": [{"slug": "small", "displayName": "Small", "cpu": 1, "memory": "1Gi",
-                      "image": "aviflow/notebook:test", "nodeSelector": {"aviflow.dev/pool": "cpu"}}],
+                      "image": "aviflow/notebook:test", "nodeSelector": {"aviflow.dev/node-pool": "cpu"}}],
         "culler": {"enabled": True, "timeout": 3600, "every": 60},
         "api": {"bind": "127.0.0.1", "port": free_port(), "backend": "local", "localCapacity": 1,
                 "ingestEvery": 1.0},

@@ -17,7 +17,7 @@ CFG = HubConfig.from_dict({
     "teams": [{"name": "a", "groups": ["a"], "adminGroups": ["a-admins"], "queue": "qa", "gpuQuota": 8},
               {"name": "b", "groups": ["b"], "queue": "qb", "gpuQuota": 2}],
     "profiles": [{"slug": "small", "displayName": "Small", "cpu": "500m", "memory": "1Gi", "image": "nb:1",
-                  "nodeSelector": {"aviflow.dev/pool": "cpu"}, "default": True},
+                  "nodeSelector": {"aviflow.dev/node-pool": "cpu"}, "default": True},
                  {"slug": "big", "displayName": "Big", "cpu": 8, "memory": "32Gi", "image": "nb:1", "groups": ["a"]}],
 })
 ALL = frozenset({READ_SCOPE, SUBMIT_SCOPE})
@@ -64,8 +64,8 @@ def test_unknown_keys_are_errors_with_suggestions() -> None:
 def test_profiles_by_group_golden() -> None:
     small = {"display_name": "Small", "slug": "small", "description": "", "default": True,
              "kubespawner_override": {"image": "nb:1", "cpu_guarantee": 0.5, "cpu_limit": 0.5,
-                                      "mem_guarantee": "1Gi", "mem_limit": "1Gi",
-                                      "node_selector": {"aviflow.dev/pool": "cpu"}}}
+                                      "mem_guarantee": 2**30, "mem_limit": 2**30,
+                                      "node_selector": {"aviflow.dev/node-pool": "cpu"}}}
     assert profiles_for(CFG, {"b"}) == [small]
     assert [p["slug"] for p in profiles_for(CFG, {"a"})] == ["small", "big"]
     assert [p["slug"] for p in profiles_for(CFG, set(), admin=True)] == ["small", "big"]
@@ -81,6 +81,16 @@ def test_kubernetes_settings() -> None:
     assert s["Spawner"]["environment"] == {"AVIFLOW_API_URL": "http://proxy-public/services/aviflow-api/"}
     assert s["KubeSpawner"]["volume_mounts"] == [{"name": "home", "mountPath": "/home/jovyan"}]
     assert s["KubeSpawner"]["storage_capacity"] == "10Gi" and s["KubeSpawner"]["namespace"] == "hub"
+    assert (s["KubeSpawner"]["port"], s["KubeSpawner"]["working_dir"]) == (8888, "/home/jovyan")
+    assert "ip" not in s["KubeSpawner"] and "environment" not in s["KubeSpawner"]
+    assert (s["Spawner"]["start_timeout"], s["Spawner"]["http_timeout"]) == (300, 120)
+    pod_ip = HubConfig.from_dict({**cfg.to_dict(), "hub": {"spawner": "kubernetes", "notebookBind": "podIP",
+                                                          "notebookPort": 9999, "notebookArgs": ["--x"]}})
+    k = hub_settings(pod_ip, Path("/h.yaml"), base_dir=Path("/srv"), python="/py")
+    assert (k["KubeSpawner"]["ip"], k["KubeSpawner"]["port"], k["Spawner"]["args"]) == ("$(POD_IP)", 9999, ["--x"])
+    assert k["KubeSpawner"]["environment"] == {
+        "AVIFLOW_API_URL": "http://proxy-public/services/aviflow-api/",
+        "POD_IP": {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}}
     culler = next(r for r in s["JupyterHub"]["load_roles"] if r["name"] == "idle-culler")
     assert culler["scopes"] == CULLER_SCOPES  # notebook servers only: no aviflow scope at all
     assert not any(sc.startswith(("custom:", "access:services")) for sc in culler["scopes"])
