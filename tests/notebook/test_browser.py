@@ -102,10 +102,20 @@ def test_panel_reaches_succeeded_with_a_chart_in_jupyterlab(jupyterlab, train_ce
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
             page.goto(url)
             expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=180_000)
-            page.locator(".jp-Cell").first.click()
-            for _ in range(3):  # run each cell; the magic returns at once, the job runs on
-                page.keyboard.press("Shift+Enter")
-                time.sleep(0.5)
+            expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_have_count(1, timeout=180_000)
+            # Run > Run All Cells: the magic returns at once and the job runs on in the background.
+            # The command acts on the focused notebook; retry until the first cell has started.
+            first_prompt = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
+            for attempt in range(5):
+                page.locator(".jp-Cell").first.locator(".jp-InputPrompt").click()
+                page.get_by_role("menuitem", name="Run", exact=True).click()
+                page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+                try:
+                    expect(first_prompt).not_to_have_text("[ ]:", timeout=20_000)
+                    break
+                except AssertionError:
+                    if attempt == 4:
+                        raise
             # the cell after the magic ran while the job was still going
             expect(page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")).to_contain_text("42", timeout=180_000)
             panel = page.locator(".aviflow-panel")
