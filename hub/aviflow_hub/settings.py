@@ -121,6 +121,9 @@ def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dic
 
     kube: dict[str, Any] = {
         "profile_list": ProfileList(cfg),
+        # Explicit, as the z2jh chart does: KubeSpawner would otherwise run the image's own
+        # command and drop `args` (notebookArgs).
+        "cmd": ["jupyterhub-singleuser"],
         "port": cfg.hub.notebook_port,
         "working_dir": cfg.storage.mount_path,
         "storage_pvc_ensure": True,

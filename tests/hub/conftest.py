@@ -2,9 +2,9 @@
 
 ``hub_config``
     ``hub_config(**section_overrides)`` -> a config dict for two teams on free ports.
-``hub_factory`` (module scope)
-    ``hub_factory(cfg=None)`` -> another real hub like ``real_hub`` (any config dict), stopped
-    after the module.
+``hub_factory``
+    ``hub_factory(cfg=None, env=None)`` -> another real hub like ``real_hub`` (any config dict,
+    extra environment), stopped after the test.
 ``real_hub`` (module scope)
     A real JupyterHub process (configurable-http-proxy, the shared-password authenticator,
     local notebooks, aviflow-api on the local backend, the idle culler) on free ports in a
@@ -199,10 +199,11 @@ def cancel_all_jobs(run_root: Path) -> list[str]:
     return stray
 
 
-def start_hub(directory: Path, cfg: dict[str, Any]) -> Hub:
+def start_hub(directory: Path, cfg: dict[str, Any], env: dict[str, str] | None = None) -> Hub:
     assert shutil.which("configurable-http-proxy"), "run tools/sysdeps.sh"
     path = write_config(directory, cfg)
-    argv, env, cwd = hub_command(path, sys.executable)
+    argv, hub_env, cwd = hub_command(path, sys.executable)
+    env = {**hub_env, **(env or {})}
     cwd.mkdir(parents=True, exist_ok=True)
     log_path = directory / "hub.log"
     with open(log_path, "wb") as log:
@@ -225,15 +226,16 @@ def hub_config() -> Any:
     return base_config
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def hub_factory() -> Iterator[Any]:
-    """``hub_factory(cfg=None)`` -> a started :class:`Hub` (default: :func:`base_config`), each
-    in its own temp dir; after the module all are stopped and no process may remain."""
+    """``hub_factory(cfg=None, env=None)`` -> a started :class:`Hub` (default config:
+    :func:`base_config`; ``env`` is added to the hub's environment), each in its own temp dir;
+    after the test all are stopped and no process may remain."""
     started: list[tuple[Hub, Path]] = []
 
-    def start(cfg: dict[str, Any] | None = None) -> Hub:
+    def start(cfg: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Hub:
         directory = Path(tempfile.mkdtemp(prefix="aviflow-hub-"))
-        hub = start_hub(directory, cfg or base_config())
+        hub = start_hub(directory, cfg or base_config(), env)
         started.append((hub, directory))
         return hub
 

@@ -82,6 +82,7 @@ def test_kubernetes_settings() -> None:
     assert s["KubeSpawner"]["volume_mounts"] == [{"name": "home", "mountPath": "/home/jovyan"}]
     assert s["KubeSpawner"]["storage_capacity"] == "10Gi" and s["KubeSpawner"]["namespace"] == "hub"
     assert (s["KubeSpawner"]["port"], s["KubeSpawner"]["working_dir"]) == (8888, "/home/jovyan")
+    assert s["KubeSpawner"]["cmd"] == ["jupyterhub-singleuser"]
     assert "ip" not in s["KubeSpawner"] and "environment" not in s["KubeSpawner"]
     assert (s["Spawner"]["start_timeout"], s["Spawner"]["http_timeout"]) == (300, 120)
     pod_ip = HubConfig.from_dict({**cfg.to_dict(), "hub": {"spawner": "kubernetes", "notebookBind": "podIP",

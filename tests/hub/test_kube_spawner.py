@@ -1,0 +1,162 @@
+"""The hub's KubeSpawner configuration on the real test control plane (tests/cluster).
+
+A real JupyterHub runs with ``spawner: kubernetes`` (the settings the Helm chart uses) against
+the ``k8s_cluster`` fixture's apiserver (``$KUBECONFIG``). alice (group ``a``) chooses the
+profile only group ``a`` may use; the hub creates her notebook pod and its home PVC; the
+scheduler puts the pod on a CPU node; the node agent runs ``jupyterhub-singleuser`` (the
+container's args; the image is ignored) and the hub reaches it at the pod's address. bob, not
+in group ``a``, cannot choose that profile.
+
+What the emulation changes, each set in the config below and explained in
+tests/cluster/README.md: the agent runs containers as root, hence ``--allow-root``; pods share
+the host network, hence ``notebookBind: podIP`` and a free ``notebookPort``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+from kubernetes import client
+
+from aviflow._units import parse_quantity
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
+
+POOL = "aviflow.dev/node-pool"
+TOLERATION = {"key": "aviflow.dev/notebooks", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _profiles() -> list[dict[str, Any]]:
+    return [
+        {"slug": "small", "displayName": "Small", "cpu": "500m", "memory": "1Gi",
+         "image": "aviflow/notebook:test", "nodeSelector": {POOL: "cpu"}, "default": True},
+        {"slug": "team-a-medium", "displayName": "Medium (team a)", "cpu": 2, "memory": "3Gi",
+         "image": "aviflow/notebook:test", "nodeSelector": {POOL: "cpu"},
+         "tolerations": [TOLERATION], "groups": ["a"]},
+    ]
+
+
+def _storage(api: client.ApiClient, name: str, path: Path) -> None:
+    """A StorageClass and one hostPath PersistentVolume for the user's home PVC."""
+    client.StorageV1Api(api).create_storage_class({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"})
+    client.CoreV1Api(api).create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": name, "persistentVolumeReclaimPolicy": "Retain",
+                 "hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}})
+
+
+def _delete_storage(api: client.ApiClient, name: str) -> None:
+    for delete in (client.CoreV1Api(api).delete_persistent_volume,
+                   client.StorageV1Api(api).delete_storage_class):
+        try:
+            delete(name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _pods(core: client.CoreV1Api, namespace: str, user: str) -> list[Any]:
+    selector = f"component=singleuser-server,hub.jupyter.org/username={user}"
+    return core.list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def _listeners(port: int) -> list[str]:
+    return sorted(c.laddr.ip for c in psutil.net_connections("tcp")
+                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port)
+
+
+def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
+        k8s_cluster: Any, k8s_namespace: str, hub_factory: Any, hub_config: Any, tmp_path: Path) -> None:
+    storage_name = f"aviflow-hub-{uuid.uuid4().hex[:8]}"
+    port = _free_port()
+    cfg = hub_config(
+        hub={**hub_config()["hub"], "spawner": "kubernetes", "namespace": k8s_namespace,
+             "notebookPort": port, "notebookBind": "podIP", "notebookArgs": ["--allow-root"]},
+        profiles=_profiles(),
+        storage={"capacity": "1Gi", "storageClass": storage_name, "mountPath": str(tmp_path / "home")},
+    )
+    with k8s_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        _storage(api, storage_name, tmp_path / "pv")
+        try:
+            hub = hub_factory(cfg, env={"KUBECONFIG": str(k8s_cluster.kubeconfig)})
+            alice, bob = hub.token("alice"), hub.token("bob")
+
+            # bob (group b) may not choose team a's profile: KubeSpawner refuses it (its error is a
+            # 500), no server, no pod.
+            r = requests.post(f"{hub.url}/hub/api/users/bob/server", json={"profile": "team-a-medium"},
+                              headers={"Authorization": f"token {bob}"}, timeout=300)
+            assert r.status_code == 500 and hub.server("bob", bob) is None, (r.status_code, r.text)
+            assert "No such profile: team-a-medium. Options include: small" in hub.log()
+            assert _pods(core, k8s_namespace, "bob") == []
+
+            server = hub.spawn("alice", alice, {"profile": "team-a-medium"}, timeout=900)
+            assert server["user_options"] == {"profile": "team-a-medium"}
+            [pod] = _pods(core, k8s_namespace, "alice")
+            [container] = pod.spec.containers
+            res = container.resources
+            assert {k: parse_quantity(v) for k, v in res.requests.items()} == {"cpu": 2, "memory": 3 * 2**30}
+            assert {k: parse_quantity(v) for k, v in res.limits.items()} == {"cpu": 2, "memory": 3 * 2**30}
+            assert pod.spec.node_selector == {POOL: "cpu"}
+            tolerations = [t.to_dict() for t in pod.spec.tolerations or []]
+            assert {"key": TOLERATION["key"], "operator": "Exists", "effect": "NoSchedule",
+                    "value": None, "toleration_seconds": None} in tolerations
+            assert not any(t["key"] == "nvidia.com/gpu" for t in tolerations)
+            node = core.read_node(pod.spec.node_name)
+            assert pod.spec.node_name.startswith("cpu-") and node.metadata.labels[POOL] == "cpu"
+            assert pod.status.phase == "Running" and pod.status.pod_ip.startswith("127.")
+
+            env = {e.name: e for e in container.env}
+            api_port = cfg["api"]["port"]
+            assert env["AVIFLOW_API_URL"].value == f"http://127.0.0.1:{api_port}/services/aviflow-api/"
+            assert env["JUPYTERHUB_USER"].value == "alice"
+            assert env["JUPYTERHUB_API_TOKEN"].value
+            assert env["JUPYTERHUB_API_URL"].value == f"http://127.0.0.1:{cfg['hub']['hubPort']}/hub/api"
+            assert env["JUPYTERHUB_SERVICE_URL"].value == f"http://$(POD_IP):{port}/user/alice/"
+            assert env["POD_IP"].value_from.field_ref.field_path == "status.podIP"
+            assert container.args == ["jupyterhub-singleuser", "--allow-root"]
+            [claim] = [v.persistent_volume_claim.claim_name for v in pod.spec.volumes
+                       if v.persistent_volume_claim]
+            assert claim == "aviflow-home-alice"
+            assert core.read_namespaced_persistent_volume_claim(claim, k8s_namespace).status.phase == "Bound"
+
+            # The hub reaches the server the agent runs, listening on the pod's own address.
+            assert _listeners(port) == [pod.status.pod_ip]
+            headers = {"Authorization": f"token {alice}"}
+            status = requests.get(f"{hub.url}/user/alice/api/status", headers=headers, timeout=60)
+            assert status.status_code == 200, status.text
+            assert set(status.json()) >= {"started", "last_activity", "kernels", "connections"}
+            # The working directory is the user's volume: a file saved in Jupyter lands on the PV.
+            put = requests.put(f"{hub.url}/user/alice/api/contents/hello.txt", headers=headers, timeout=60,
+                               json={"type": "file", "format": "text", "content": "hi"})
+            assert put.status_code == 201, put.text
+            assert (tmp_path / "pv" / "hello.txt").read_text() == "hi"
+
+            hub.stop_server("alice", alice)
+            deadline = time.monotonic() + 300
+            while _pods(core, k8s_namespace, "alice"):
+                assert time.monotonic() < deadline, "the notebook pod was not deleted"
+                time.sleep(1)
+            deadline = time.monotonic() + 120
+            while _listeners(port):
+                assert time.monotonic() < deadline, "the single-user server outlived its pod"
+                time.sleep(1)
+        finally:
+            _delete_storage(api, storage_name)
