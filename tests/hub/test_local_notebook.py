@@ -1,10 +1,12 @@
 """The local hub spawns a real notebook: log in, spawn through the hub API, reach the server
-through the proxy, run ``%load_ext aviflow`` in one of its kernels, which talks to aviflow-api
-with the notebook's own token; then stop it and check that no process is left.
+through the proxy, run ``%load_ext aviflow`` and a ``%%aviflow_train`` cell in one of its
+kernels (the job goes through aviflow-api with the notebook's own token into the user's team
+queue and shows up in the usage ledger); then stop it and check that no process is left.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psutil
@@ -24,6 +26,16 @@ print("user", os.environ["JUPYTERHUB_USER"])
 print("magic", "aviflow_train" in get_ipython().magics_manager.magics["cell"])
 print("backend", type(get_backend()).__name__)
 print("jobs", aviflow.jobs())
+"""
+TRAIN_CODE = """
+%load_ext aviflow
+get_ipython().run_cell_magic("aviflow_train", "--name hello --out job --wait",
+                             "print('hello from the hub')")
+print("state", job.status.value)
+print("backend", type(job.backend).__name__)
+print("queue", job.spec.spec.queue)
+print("id", job.id)
+print("hello" in job.logs())
 """
 
 
@@ -73,6 +85,21 @@ def test_a_user_logs_in_spawns_a_notebook_and_reaches_aviflow_api(hub_factory: A
         "backend HubBackend",
         "jobs []",
     ]
+
+    out, error = run_in_kernel(f"{hub.url}/user/alice/", token, TRAIN_CODE, timeout=600)
+    assert error is None, (error, out)
+    lines = out.splitlines()
+    job_id = lines[-2].removeprefix("id ")
+    assert lines[-5:] == ["state SUCCEEDED", "backend HubBackend", "queue queue-a", f"id {job_id}", "True"]
+    job = hub.call("GET", f"jobs/{job_id}", token).json()
+    assert (job["user"], job["team"], job["state"]) == ("alice", "team-a", "SUCCEEDED")
+    deadline = time.monotonic() + 120  # the ledger ingests every second (ingestEvery)
+    while not (rows := hub.call("GET", "usage?by=user", token).json()["rows"]):
+        assert time.monotonic() < deadline, "the job never reached the usage ledger"
+        time.sleep(1)
+    assert [r["key"] for r in rows] == ["alice"]
+    report = browser.get(f"{hub.url}/services/aviflow-api/report", timeout=120)
+    assert report.status_code == 200 and "GPU-hours by user" in report.text and "alice" in report.text
 
     hub.stop_server("alice", token)
     _gone, alive = psutil.wait_procs(running, timeout=60)
