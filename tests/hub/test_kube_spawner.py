@@ -10,6 +10,7 @@ in group ``a``, cannot choose that profile.
 What the emulation changes, each set in the config below and explained in
 tests/cluster/README.md: the agent runs containers as root, hence ``--allow-root``; pods share
 the host network, hence ``notebookBind: podIP`` and a free ``notebookPort``.
+A kernel of the pod's server runs ``%load_ext aviflow`` and lists jobs through aviflow-api.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ from aviflow._units import parse_quantity
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
 
 POOL = "aviflow.dev/node-pool"
+NOTEBOOK_CODE = """
+import os
+%load_ext aviflow
+import aviflow
+from aviflow.backends import get_backend
+print("ip", os.environ["POD_IP"])
+print("backend", type(get_backend()).__name__)
+print("jobs", aviflow.jobs())
+"""
 TOLERATION = {"key": "aviflow.dev/notebooks", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -83,7 +93,8 @@ def _listeners(port: int) -> list[str]:
 
 
 def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
-        k8s_cluster: Any, k8s_namespace: str, hub_factory: Any, hub_config: Any, tmp_path: Path) -> None:
+        k8s_cluster: Any, k8s_namespace: str, hub_factory: Any, hub_config: Any, run_in_kernel: Any,
+        tmp_path: Path) -> None:
     storage_name = f"aviflow-hub-{uuid.uuid4().hex[:8]}"
     port = _free_port()
     cfg = hub_config(
@@ -148,6 +159,11 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
                                json={"type": "file", "format": "text", "content": "hi"})
             assert put.status_code == 201, put.text
             assert (tmp_path / "pv" / "hello.txt").read_text() == "hi"
+
+            # A kernel in the pod loads the magic and reaches aviflow-api with the pod's token.
+            out, error = run_in_kernel(f"{hub.url}/user/alice/", alice, NOTEBOOK_CODE)
+            assert error is None, (error, out)
+            assert out.splitlines() == [f"ip {pod.status.pod_ip}", "backend HubBackend", "jobs []"]
 
             hub.stop_server("alice", alice)
             deadline = time.monotonic() + 300
