@@ -1,4 +1,5 @@
-"""JupyterLab 4 in Debian's Chromium (Playwright): run the magic cell, watch the panel.
+"""JupyterLab 4 and Notebook 7 in Debian's Chromium (Playwright): run the magic cell and
+watch the panel reach SUCCEEDED with a rendered chart.
 
 The server listens on loopback on a free port with token auth and its own temp dirs; the
 job runs on the local backend. The screenshot lands in ``artifacts/notebook/`` at the
@@ -32,9 +33,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def jupyterlab(tmp_path: Path, run_root: Path) -> Iterator[tuple[str, Path]]:
-    """A JupyterLab server on loopback: yields (base URL with token, notebook directory)."""
+# front end -> (module to run, its app's config prefix, notebook URL path, extra flags)
+FRONTENDS = {
+    "jupyterlab": ("jupyterlab", "LabApp", "lab/tree/panel.ipynb",
+                   ["--LabApp.extension_manager=readonly",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]),
+    "notebook7": ("notebook", "JupyterNotebookApp", "notebooks/panel.ipynb", []),
+}
+
+
+@pytest.fixture(params=sorted(FRONTENDS))
+def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Path) -> Iterator[tuple[str, str, Path]]:
+    """A JupyterLab or Notebook 7 server on loopback: yields (front end, notebook URL with token,
+    notebook directory)."""
+    frontend = request.param
+    module, app, url_path, extra = FRONTENDS[frontend]
     root = tmp_path / "lab"
     root.mkdir()
     port, token = _free_port(), secrets.token_hex(16)
@@ -47,14 +60,12 @@ def jupyterlab(tmp_path: Path, run_root: Path) -> Iterator[tuple[str, Path]]:
     settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log = open(tmp_path / "jupyterlab.log", "wb")  # noqa: SIM115
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         "--LabApp.extension_manager=readonly",
+        [sys.executable, "-m", module, "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-         f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         f"--ServerApp.root_dir={root}", f"--{app}.workspaces_dir={tmp_path / 'workspaces'}",
+         f"--{app}.user_settings_dir={tmp_path / 'settings'}", *extra],
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -68,9 +79,9 @@ def jupyterlab(tmp_path: Path, run_root: Path) -> Iterator[tuple[str, Path]]:
             except OSError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"JupyterLab did not start: {(tmp_path / 'jupyterlab.log').read_text()[-3000:]}")
+                raise RuntimeError(f"{module} did not start: {(tmp_path / 'server.log').read_text()[-3000:]}")
             time.sleep(0.5)
-        yield f"{base}/lab/tree/panel.ipynb?token={token}", root
+        yield frontend, f"{base}/{url_path}?token={token}", root
     finally:
         server.terminate()
         try:
@@ -83,26 +94,27 @@ def jupyterlab(tmp_path: Path, run_root: Path) -> Iterator[tuple[str, Path]]:
 
 @pytest.mark.browser
 @pytest.mark.training
-def test_panel_reaches_succeeded_with_a_chart_in_jupyterlab(jupyterlab, train_cell: str, run_root: Path,
-                                                             leftover_processes) -> None:
+def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, run_root: Path,
+                                              leftover_processes) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    url, root = jupyterlab
+    frontend, url, root = jupyter_server
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("%load_ext aviflow\ncfg = {'steps': 8, 'every': 4, 'lr': 0.05}"),
         nbformat.v4.new_code_cell(
-            "%%aviflow_train --nodes 2 --gpus-per-node 2 --name browser-run --vars cfg --out job\n" + train_cell),
+            "%%aviflow_train --nodes 2 --gpus-per-node 2 --name browser-run --vars cfg --max-restarts 2 --out job\n" + train_cell),
         nbformat.v4.new_code_cell("6 * 7"),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     nbformat.write(nb, root / "panel.ipynb")
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
             page.goto(url)
-            expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=180_000)
-            expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_have_count(1, timeout=180_000)
+            expect(page.locator(".jp-Cell").first).to_be_visible(timeout=180_000)
+            if frontend == "jupyterlab":
+                expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=180_000)
             # Run > Run All Cells: the magic returns at once and the job runs on in the background.
             # The command acts on the focused notebook; retry until the first cell has started.
             first_prompt = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
@@ -120,7 +132,10 @@ def test_panel_reaches_succeeded_with_a_chart_in_jupyterlab(jupyterlab, train_ce
             expect(page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")).to_contain_text("42", timeout=180_000)
             panel = page.locator(".aviflow-panel")
             expect(panel).to_have_count(1, timeout=180_000)
-            expect(panel.locator(".aviflow-badge[data-state='SUCCEEDED']")).to_have_count(1, timeout=400_000)
+            finished = ", ".join(f".aviflow-badge[data-state='{s}']" for s in ("SUCCEEDED", "FAILED", "CANCELLED"))
+            expect(panel.locator(finished)).to_have_count(1, timeout=400_000)
+            state = panel.locator(".aviflow-badge").get_attribute("data-state")
+            assert state == "SUCCEEDED", panel.inner_text()
             chart = panel.locator("svg.aviflow-chart[data-metric='loss']")
             expect(chart).to_have_attribute("data-points", "8", timeout=30_000)
             assert chart.locator("polyline").count() == 1
@@ -131,10 +146,16 @@ def test_panel_reaches_succeeded_with_a_chart_in_jupyterlab(jupyterlab, train_ce
             job_id = panel.locator(".aviflow-id").inner_text()
             panel.scroll_into_view_if_needed()
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            shot = ARTIFACTS / f"jupyterlab-panel-{job_id}.png"
+            shot = ARTIFACTS / f"{frontend}-panel-{job_id}.png"
             panel.screenshot(path=str(shot))
-            page.screenshot(path=str(ARTIFACTS / f"jupyterlab-page-{job_id}.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"{frontend}-page-{job_id}.png"), full_page=True)
             print(f"screenshot: {shot}")
+        except BaseException:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            failed = ARTIFACTS / f"{frontend}-failure-{secrets.token_hex(4)}.png"
+            page.screenshot(path=str(failed), full_page=True)
+            print(f"failure screenshot: {failed}")
+            raise
         finally:
             browser.close()
     assert shot.stat().st_size > 10_000

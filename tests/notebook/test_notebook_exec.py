@@ -22,11 +22,12 @@ from aviflow.tracking import INIT_CHECKPOINT_FILE
 REPORT = """\
 import json
 print("REPORT " + json.dumps({{"id": {var}.id, "state": {var}.status.value,
-    "steps": [r["step"] for r in {var}.metric_rows()],
+    "steps": sorted({{r["step"] for r in {var}.metric_rows()}}),
     "checkpoints": [c["step"] for c in {var}.checkpoints()]}}))
 """
 
-MAGIC = "%%aviflow_train --nodes 2 --gpus-per-node 2 --name nb-e2e --vars cfg --time-limit 20m"
+# --max-restarts: a rank that crashes (gloo under load) restarts the group from its checkpoint.
+MAGIC = "%%aviflow_train --nodes 2 --gpus-per-node 2 --name nb-e2e --vars cfg --time-limit 20m --max-restarts 2"
 
 
 def _run(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str]) -> nbformat.NotebookNode:
