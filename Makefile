@@ -43,6 +43,7 @@ format: venv
 	$(VENV)/bin/ruff format aviflow tests/core bench
 
 bench: venv
+	$(PY) bench/import_magic.py
 	$(PY) bench/launch.py
 
 clean:

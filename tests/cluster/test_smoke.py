@@ -9,8 +9,9 @@ import time
 import uuid
 
 import pytest
-from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, K8S_VERSION, LABEL_POOL, _procs
 from kubernetes import client
+
+from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, K8S_VERSION, LABEL_POOL, _procs
 
 pytestmark = pytest.mark.cluster
 

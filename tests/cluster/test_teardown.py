@@ -7,6 +7,7 @@ import textwrap
 import time
 
 import pytest
+
 from aviflow_testcluster import Cluster, _procs
 
 pytestmark = pytest.mark.cluster

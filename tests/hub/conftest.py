@@ -42,11 +42,11 @@ import pytest
 import requests
 import websocket
 import yaml
-from aviflow_hub.local import hub_command
 
 from aviflow import _procs
 from aviflow.backends.local import LocalBackend
 from aviflow.status import JobState
+from aviflow_hub.local import hub_command
 
 PASSWORD = "aviflow-test-pw"
 ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aviflow_hub.ledger import Ledger
-from aviflow_hub.ledger.attempts import AttemptRecord
-from aviflow_hub.ledger.reports import to_csv, usage_report
 
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.spec import TrainJob
 from aviflow.status import RESTARTING, Event, usage_from_events
 from aviflow.store import RunDir, RunStore
+from aviflow_hub.ledger import Ledger
+from aviflow_hub.ledger.attempts import AttemptRecord
+from aviflow_hub.ledger.reports import to_csv, usage_report
 
 T0 = 1_767_225_000.0  # 2025-12-31 23:50:00 UTC (midnight is T0 + 600): attempts cross midnight and the ISO week
 

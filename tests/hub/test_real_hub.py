@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import requests
-from aviflow_hub.client import HubBackend
 
 from aviflow import api
 from aviflow.backends import get_backend
 from aviflow.backends.local import LocalBackend
 from aviflow.status import JobState, usage_from_events
+from aviflow_hub.client import HubBackend
 
 pytestmark = pytest.mark.timeout(900)
 

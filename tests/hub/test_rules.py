@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from kubespawner.slugs import safe_slug
+
+from aviflow.names import is_dns1123_label, label_value, slugify
 from aviflow_hub.authz import READ_SCOPE, SUBMIT_SCOPE, JobRef, Principal, choose_queue, decide
 from aviflow_hub.config import ConfigError, HubConfig
 from aviflow_hub.profiles import profiles_for
 from aviflow_hub.settings import CULLER_SCOPES, hub_settings
-from kubespawner.slugs import safe_slug
-
-from aviflow.names import is_dns1123_label, label_value, slugify
 
 CFG = HubConfig.from_dict({
     "teams": [{"name": "a", "groups": ["a"], "adminGroups": ["a-admins"], "queue": "qa", "gpuQuota": 8},

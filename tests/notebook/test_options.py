@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from IPython.core.error import UsageError
+
 from aviflow_magics._build import build_job, check_syntax, gpu_hours_requested
 from aviflow_magics._options import OptionError, TrainOptions, help_text, parse_train_options
-from IPython.core.error import UsageError
 
 BODY = "print('hello')\n"
 

@@ -12,13 +12,13 @@ import time
 from typing import Any
 
 import ipywidgets as w
+
+from aviflow.status import JobState
 from aviflow_magics._job import NotebookJob
 from aviflow_magics._poller import Poller
 from aviflow_magics.widgets.cancel import CancelButton
 from aviflow_magics.widgets.chart import MAX_POINTS, downsample
 from aviflow_magics.widgets.panel import JobPanel
-
-from aviflow.status import JobState
 
 
 def synced(widget: w.Widget, key: str) -> Any:

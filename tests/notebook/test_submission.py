@@ -11,16 +11,16 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
-from aviflow_magics._dryrun import DryRun, dry_run, spec_yaml
-from aviflow_magics._options import OptionError
-from aviflow_magics._resume import find_resume_checkpoint
-from aviflow_magics._vars import pickle_vars
 from IPython.core.error import UsageError
 
 from aviflow.backends.local import LocalBackend
 from aviflow.spec import TrainJob
 from aviflow.status import JobState
 from aviflow.tracking import INIT_CHECKPOINT_FILE
+from aviflow_magics._dryrun import DryRun, dry_run, spec_yaml
+from aviflow_magics._options import OptionError
+from aviflow_magics._resume import find_resume_checkpoint
+from aviflow_magics._vars import pickle_vars
 
 BODY = "import os\nprint(os.getpid())\n"
 
