@@ -25,7 +25,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,13 +218,15 @@ class RunStore:
             )
         return RunDir(path)
 
-    def ids(self) -> list[str]:
-        """Job ids, oldest submission first."""
+    def ids(self, exclude: Container[str] = ()) -> list[str]:
+        """Job ids, oldest submission first (``exclude``: ids to leave out unread)."""
         if not self.root.is_dir():
             return []
         runs = []
         for p in self.root.iterdir():
-            if is_dns1123_label(p.name) and (p / "job.yaml").is_file():
+            if p.name in exclude or not is_dns1123_label(p.name):
+                continue
+            if (p / "job.yaml").is_file():
                 runs.append((RunDir(p).meta().get("submitted_ns", 0), p.name))
         return [name for _, name in sorted(runs)]
 

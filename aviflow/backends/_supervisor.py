@@ -43,7 +43,8 @@ class Supervisor:
         self.job: TrainJob = run.spec()
         self.capacity = capacity
         self.stop_reason: tuple[JobState, str] | None = None
-        self._finished_cache: set[str] = set()
+        self._finished_cache: set[str] = set()  # finished is final: never read again
+        self._gpus_cache: dict[str, int] = {}
 
     # -- signals ---------------------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -62,9 +63,7 @@ class Supervisor:
     def _scan(self, store: RunStore) -> tuple[list[str], int]:
         """(queued job ids in FIFO order, GPU slots held by active jobs)."""
         queued, used = [], 0
-        for job_id in store.ids():
-            if job_id in self._finished_cache:
-                continue
+        for job_id in store.ids(exclude=self._finished_cache):
             other = RunDir(store.root / job_id)
             state = JobState(other.status().get("state", JobState.QUEUED))
             if state.is_finished():
@@ -75,7 +74,9 @@ class Supervisor:
             if state == JobState.QUEUED:
                 queued.append(job_id)
             else:
-                used += other.spec().spec.total_gpus
+                if job_id not in self._gpus_cache:
+                    self._gpus_cache[job_id] = other.spec().spec.total_gpus
+                used += self._gpus_cache[job_id]
         return queued, used
 
     def wait_for_turn(self) -> bool:

@@ -60,6 +60,13 @@ def test_ids_are_unique_under_concurrency(tmp_path):
     assert sorted(store.ids()) == sorted(ids)
 
 
+def test_ids_can_leave_known_jobs_out(tmp_path):
+    store = RunStore(tmp_path)
+    first, second = store.create(JOB, {}, {}).id, store.create(JOB, {}, {}).id
+    assert store.ids() == [first, second]
+    assert store.ids(exclude={first}) == [second]
+
+
 def test_content_hash_depends_on_content_only():
     a = build_bundle(JOB)
     b = build_bundle(JOB.with_changes(nodes=1))
