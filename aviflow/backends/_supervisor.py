@@ -43,6 +43,7 @@ class Supervisor:
         self.job: TrainJob = run.spec()
         self.capacity = capacity
         self.stop_reason: tuple[JobState, str] | None = None
+        self.gone = False
         self._finished_cache: set[str] = set()  # finished is final: never read again
         self._gpus_cache: dict[str, int] = {}
 
@@ -56,8 +57,13 @@ class Supervisor:
         self.stop_reason = (JobState.CANCELLED, "cancelled")
 
     def _check_cancel_file(self) -> None:
-        if self.stop_reason is None and (self.run.path / CANCEL_REQUEST).exists():
+        if self.stop_reason is not None:
+            return
+        if (self.run.path / CANCEL_REQUEST).exists():
             self.stop_reason = (JobState.CANCELLED, "cancelled")
+        elif not self.run.spec_path.exists():  # the run store was deleted under us
+            self.gone = True
+            self.stop_reason = (JobState.CANCELLED, "the run directory was removed")
 
     # -- queue -----------------------------------------------------------------------------------
     def _scan(self, store: RunStore) -> tuple[list[str], int]:
@@ -222,6 +228,8 @@ class Supervisor:
     # -- whole job -------------------------------------------------------------------------------
     def run_job(self) -> None:
         if not self.wait_for_turn():
+            if self.gone:
+                return
             state, message = self.stop_reason or (JobState.CANCELLED, "cancelled")
             self.run.record(Event(state, attempt=0, message=message), queuePosition=None)
             return
@@ -230,6 +238,8 @@ class Supervisor:
         attempt = 1
         while True:
             state, message, failure = self.run_attempt(attempt, deadline)
+            if self.gone:
+                return
             if state is not None:
                 self.run.record(Event(state, attempt=attempt, message=message))
                 return
