@@ -83,6 +83,18 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
+def scan_checkpoints(directory: Path) -> list[dict[str, Any]]:
+    """Complete checkpoints (sub-directories with a marker file) in ``directory``, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for d in directory.iterdir():
+        marker = read_json(d / CHECKPOINT_MARKER) if d.is_dir() else None
+        if marker:
+            found.append({**marker, "path": str(d)})
+    return sorted(found, key=lambda c: c["step"])
+
+
 class RunDir:
     """Typed access to one job's directory."""
 
@@ -189,14 +201,7 @@ class RunDir:
 
     def checkpoints(self) -> list[dict[str, Any]]:
         """Complete checkpoints, oldest first: ``{"step", "path", "time", "attempt"}``."""
-        if not self.checkpoints_dir.is_dir():
-            return []
-        found = []
-        for d in self.checkpoints_dir.iterdir():
-            marker = read_json(d / CHECKPOINT_MARKER) if d.is_dir() else None
-            if marker:
-                found.append({**marker, "path": str(d)})
-        return sorted(found, key=lambda c: c["step"])
+        return scan_checkpoints(self.checkpoints_dir)
 
 
 class RunStore:

@@ -26,7 +26,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aviflow.store import CHECKPOINT_MARKER, RunDir, append_line, atomic_write, read_json
+from aviflow.store import (
+    CHECKPOINT_MARKER,
+    RunDir,
+    append_line,
+    atomic_write,
+    read_json,
+    scan_checkpoints,
+)
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -105,17 +112,7 @@ def _keep_last() -> int:
 
 def checkpoints() -> list[dict[str, Any]]:
     """Complete checkpoints of this run, oldest first."""
-    root = checkpoint_dir()
-    return RunDir(root.parent).checkpoints() if root.name == "checkpoints" else _scan(root)
-
-
-def _scan(root: Path) -> list[dict[str, Any]]:
-    found = []
-    for d in root.iterdir():
-        marker = d / CHECKPOINT_MARKER
-        if marker.is_file():
-            found.append({**json.loads(marker.read_text()), "path": str(d)})
-    return sorted(found, key=lambda c: c["step"])
+    return scan_checkpoints(checkpoint_dir())
 
 
 def save_checkpoint(accelerator: Accelerator, step: int) -> Path:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from aviflow.bundle import MANIFEST
+from aviflow.runtime._output import redirect_output
 from aviflow.runtime.launch import (
     DEFAULT_MAIN_PORT,
     NodeInfo,
@@ -49,15 +50,6 @@ def _heartbeat(run: RunDir, node: NodeInfo, state: str, **extra: object) -> None
     atomic_write(run.heartbeats_dir / f"node-{node.node_rank}.json", json.dumps(beat))
 
 
-def _redirect(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-
-
 def main() -> int:
     env = dict(os.environ)
     run_dir = Path(
@@ -77,7 +69,7 @@ def main() -> int:
         use_cpu=not has_gpus(),
     )
     if env.get("AVIFLOW_LOG_TO_STORE", "1") == "1":
-        _redirect(run.node_log(node.node_rank))
+        redirect_output(run.node_log(node.node_rank))
     checkpoints = run.checkpoints()
     resume_from = checkpoints[-1]["path"] if checkpoints and node.attempt > 1 else None
     program = rank_program(sys.executable, run_dir, job, manifest.get("entrypoint"))

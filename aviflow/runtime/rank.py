@@ -17,18 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
+from aviflow.runtime._output import redirect_output
 from aviflow.store import RunDir, atomic_write
-
-
-def _redirect(path: Path, header: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(fd, header.encode())
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
 def _record_failure(run: RunDir, rank: int, attempt: int, exc: BaseException, tb: str) -> None:
@@ -72,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     run = RunDir(ns.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     attempt = int(os.environ.get("AVIFLOW_ATTEMPT", "1"))
-    _redirect(run.rank_log(rank), f"=== attempt {attempt} rank {rank} pid {os.getpid()} ===\n")
+    redirect_output(
+        run.rank_log(rank), f"=== attempt {attempt} rank {rank} pid {os.getpid()} ===\n"
+    )
 
     if ns.exec:
         if not args:

@@ -1,6 +1,7 @@
 """Cluster tests: a real control plane with Kueue and fake HGX nodes.
 
-Fixtures (registered from ``aviflow_testcluster.pytest_plugin``; see ``plugin.py``):
+Fixtures (``aviflow_testcluster.pytest_plugin``, registered for every test layer by
+``tests/conftest.py``):
 
 ``k8s_cluster`` (session)
     The running :class:`aviflow_testcluster.Cluster`. ``.kubeconfig``,
@@ -12,20 +13,3 @@ Fixtures (registered from ``aviflow_testcluster.pytest_plugin``; see ``plugin.py
 
 Every test here is marked ``cluster``; deselect them with ``-m "not cluster"``.
 """
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-PLUGIN = "aviflow_testcluster.pytest_plugin"
-
-
-def pytest_configure(config) -> None:
-    # tests/conftest.py may already have registered it (pytest_plugins); once only.
-    if not config.pluginmanager.has_plugin(PLUGIN):
-        config.pluginmanager.import_plugin(PLUGIN)

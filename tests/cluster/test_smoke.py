@@ -4,6 +4,7 @@ fake HGX nodes, and pods that really run (through kubectl and the Python client)
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 import time
 import uuid
@@ -370,18 +371,7 @@ def test_pod_deletion_kills_processes_after_grace(k8s_cluster, k8s_namespace):
         while True:
             time.sleep(0.1)
     """)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "sleeper"},
-        "spec": {
-            "nodeSelector": {LABEL_POOL: "cpu"},
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {"name": "main", "image": "ignored", "command": ["python", "-c", script]}
-            ],
-        },
-    }
+    pod = cpu_pod("sleeper", script, grace=5)
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespaced_pod(ns, pod)
@@ -399,17 +389,8 @@ def test_pod_deletion_kills_processes_after_grace(k8s_cluster, k8s_namespace):
         pid = int(k8s_cluster.read_logs(ns, "sleeper").split()[1])
         core.delete_namespaced_pod("sleeper", ns)
 
-        def gone():
-            try:
-                core.read_namespaced_pod("sleeper", ns)
-                return False
-            except client.ApiException as e:
-                return e.status == 404
-
-        wait_for(gone, 30, "pod object removed")
+        wait_for(lambda: pod_gone(core, ns, "sleeper"), 30, "pod object removed")
         assert "got SIGTERM" in k8s_cluster.read_logs(ns, "sleeper")
-        import os
-
         assert not os.path.exists(f"/proc/{pid}")
 
 
@@ -419,18 +400,7 @@ def test_pod_ignoring_sigterm_is_killed_after_grace(k8s_cluster, k8s_namespace):
         "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "print('pid', os.getpid(), flush=True)\nwhile True: time.sleep(0.1)\n"
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "stubborn"},
-        "spec": {
-            "nodeSelector": {LABEL_POOL: "cpu"},
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {"name": "main", "image": "ignored", "command": ["python", "-c", script]}
-            ],
-        },
-    }
+    pod = cpu_pod("stubborn", script, grace=2)
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespaced_pod(ns, pod)
@@ -439,17 +409,34 @@ def test_pod_ignoring_sigterm_is_killed_after_grace(k8s_cluster, k8s_namespace):
         t0 = time.monotonic()
         core.delete_namespaced_pod("stubborn", ns)
 
-        def gone():
-            try:
-                core.read_namespaced_pod("stubborn", ns)
-                return False
-            except client.ApiException as e:
-                return e.status == 404
-
-        wait_for(gone, 30, "pod object removed")
+        wait_for(lambda: pod_gone(core, ns, "stubborn"), 30, "pod object removed")
         elapsed = time.monotonic() - t0
         assert elapsed >= 1.5, f"killed before the grace period ({elapsed:.1f}s)"
         assert not _procs.alive(pid)
+
+
+def cpu_pod(name: str, script: str, grace: int) -> dict:
+    """A bare pod on a CPU node running ``python -c script``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {LABEL_POOL: "cpu"},
+            "terminationGracePeriodSeconds": grace,
+            "containers": [
+                {"name": "main", "image": "ignored", "command": ["python", "-c", script]}
+            ],
+        },
+    }
+
+
+def pod_gone(core: client.CoreV1Api, ns: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, ns)
+        return False
+    except client.ApiException as e:
+        return e.status == 404
 
 
 def _log_or_empty(cluster, ns: str, pod: str) -> str:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -114,7 +113,6 @@ def test_wait_reports_progress_and_exit_code_of_a_failed_job(tmp_path, run_root)
         gpusPerNode=1,
         script="import sys\nprint('about to fail')\nraise SystemExit(3)\n",
     )
-    started = time.monotonic()
     result = cli(run_root, "submit", str(path), "--wait")
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -128,4 +126,3 @@ def test_wait_reports_progress_and_exit_code_of_a_failed_job(tmp_path, run_root)
         or "first failure: rank 1 (node 1)" in result.stderr
     )
     assert "SystemExit(3)" in result.stderr
-    assert time.monotonic() - started < 600

@@ -45,6 +45,8 @@ from pathlib import Path
 
 from kubernetes import client, config, watch
 
+from aviflow._units import parse_quantity as quantity
+
 try:  # run as a module of the package, or by path
     from . import _procs
     from ._nodes import NodeSpec
@@ -97,32 +99,6 @@ def expand(value: str, env: dict[str, str]) -> str:
         return env.get(name, m.group(0))
 
     return _VAR_REF.sub(sub, value)
-
-
-_QTY = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {
-    "": 1,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-def quantity(q: str) -> float:
-    m = _QTY.match(str(q))
-    if not m:
-        raise ValueError(f"bad quantity {q!r}")
-    return float(m.group(1)) * _SUFFIX[m.group(2)]
 
 
 def field_ref(pod: dict, path: str) -> str:

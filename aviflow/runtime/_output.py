@@ -1,0 +1,20 @@
+"""Send this process's stdout and stderr (and its children's) to a log file, appending."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def redirect_output(path: Path, header: str = "") -> None:
+    """Point file descriptors 1 and 2 at ``path`` (created, appended), after ``header``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    if header:
+        os.write(fd, header.encode())
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
