@@ -96,6 +96,7 @@ def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Pat
 @pytest.mark.training
 def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, run_root: Path,
                                               leftover_processes) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 
     frontend, url, root = jupyter_server
@@ -119,13 +120,14 @@ def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, r
             # The command acts on the focused notebook; retry until the first cell has started.
             first_prompt = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
             for attempt in range(5):
-                page.locator(".jp-Cell").first.locator(".jp-InputPrompt").click()
-                page.get_by_role("menuitem", name="Run", exact=True).click()
-                page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
                 try:
+                    _accept_kernel_choice(page)
+                    page.locator(".jp-Cell").first.locator(".jp-InputPrompt").click(timeout=20_000)
+                    page.get_by_role("menuitem", name="Run", exact=True).click(timeout=20_000)
+                    page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=20_000)
                     expect(first_prompt).not_to_have_text("[ ]:", timeout=20_000)
                     break
-                except AssertionError:
+                except (AssertionError, PlaywrightTimeout):  # e.g. a dialog took the click
                     if attempt == 4:
                         raise
             # the cell after the magic ran while the job was still going
@@ -160,3 +162,12 @@ def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, r
             browser.close()
     assert shot.stat().st_size > 10_000
     assert leftover_processes(job_id) == []
+
+
+def _accept_kernel_choice(page) -> None:
+    """JupyterLab sometimes asks which kernel to start even though the notebook names one;
+    answer as a user would, with the preselected Python 3 kernel."""
+    dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+    if dialog.count():
+        dialog.get_by_role("button", name="Select", exact=True).click()
+        dialog.wait_for(state="detached", timeout=30_000)
