@@ -415,6 +415,45 @@ def test_pod_ignoring_sigterm_is_killed_after_grace(k8s_cluster, k8s_namespace):
         assert not _procs.alive(pid)
 
 
+def test_pod_waits_for_a_configmap_created_after_it(k8s_cluster, k8s_namespace, tmp_path):
+    """Like the kubelet, the agent retries a volume whose ConfigMap does not exist yet (a new
+    namespace gets its ``kube-root-ca.crt`` only some time after its ServiceAccount)."""
+    ns, mnt = k8s_namespace, tmp_path / "config"
+    pod = cpu_pod(
+        "late",
+        f"print(open({str(mnt / 'greeting')!r}).read(), flush=True)\n"
+        "import time\ntime.sleep(600)\n",
+        grace=1,
+    )
+    pod["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "late-config"}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": str(mnt)}]
+    with k8s_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(ns, pod)
+
+        def waiting():
+            p = core.read_namespaced_pod("late", ns)
+            st = p.status.container_statuses or []
+            why = st and st[0].state.waiting
+            return why and why.message and (p.status.phase, why)
+
+        phase, why = wait_for(waiting, 60, "the container to wait for its volume")
+        assert phase == "Pending"
+        assert why.reason == "ContainerCreating"
+        assert why.message == 'MountVolume.SetUp failed: configmap "late-config" not found'
+        assert _log_or_empty(k8s_cluster, ns, "late") == ""
+
+        core.create_namespaced_config_map(
+            ns, {"metadata": {"name": "late-config"}, "data": {"greeting": "hello, late"}}
+        )
+        wait_for(lambda: "hello, late" in _log_or_empty(k8s_cluster, ns, "late"), 60, "the pod")
+        p = core.read_namespaced_pod("late", ns)
+        assert p.status.phase == "Running"
+        assert p.status.container_statuses[0].restart_count == 0
+        core.delete_namespaced_pod("late", ns)
+        wait_for(lambda: pod_gone(core, ns, "late"), 30, "pod object removed")
+
+
 def cpu_pod(name: str, script: str, grace: int) -> dict:
     """A bare pod on a CPU node running ``python -c script``."""
     return {

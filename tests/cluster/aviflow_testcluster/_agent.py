@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 from kubernetes import client, config, watch
@@ -58,6 +59,8 @@ log = logging.getLogger("aviflow.node-agent")
 
 K8S_VERSION = "v1.35.4"
 LEASE_SECONDS = 40
+WATCH_SECONDS = 60
+SETUP_RETRY_SECONDS = 1.0
 RUNTIME = "aviflow-process://1"
 
 
@@ -293,11 +296,15 @@ class Agent:
                     self.dispatch("DELETED", r.pod)
                 rv = data["metadata"]["resourceVersion"]
                 w = watch.Watch()
+                # The server ends the watch after WATCH_SECONDS; the client-side read timeout
+                # ends a stream that went silent without closing, so a stuck connection can
+                # never hide new pods for long. Each relist also resyncs every known pod.
                 for ev in w.stream(
                     self.core.list_pod_for_all_namespaces,
                     resource_version=rv,
-                    timeout_seconds=300,
+                    timeout_seconds=WATCH_SECONDS,
                     allow_watch_bookmarks=True,
+                    _request_timeout=(10, WATCH_SECONDS + 15),
                 ):
                     if self.stopping.is_set():
                         w.stop()
@@ -326,6 +333,13 @@ class Agent:
                     return
                 runner = PodRunner(self, pod)
                 self.pods[uid] = runner
+                log.info(
+                    "pod %s/%s (%s): starting on %s",
+                    runner.namespace,
+                    runner.name,
+                    uid[:8],
+                    pod["spec"]["nodeName"],
+                )
                 runner.start()
                 return
         runner.update(kind, pod)
@@ -527,14 +541,9 @@ class PodRunner(threading.Thread):
         self.write_hosts()
         self.agent.refresh_hosts(self.namespace)
         self.patch_status()
-        try:
-            self.volumes = self.prepare_volumes()
-        except Exception as e:
-            log.warning("volumes of %s/%s: %s", self.namespace, self.name, e)
-            for c in self.spec["containers"]:
-                self.statuses[c["name"]] = _waiting(c, "CreateContainerConfigError", str(e))
-            self.patch_status()
-            self.deleting.wait()
+        if not self.set_up(
+            self.mount_volumes, "ContainerCreating", "MountVolume.SetUp failed: "
+        ) or not self.set_up(self.check_config, "CreateContainerConfigError"):
             return
 
         # init containers, one after the other (sidecars keep running)
@@ -651,6 +660,13 @@ class PodRunner(threading.Thread):
     def kill(self, grace: float) -> None:
         """SIGTERM every process of the pod, SIGKILL after ``grace`` seconds."""
         procs = [p for p in self.procs.values() if p.poll() is None]
+        log.info(
+            "pod %s/%s: killing %d process group(s), grace %.0fs",
+            self.namespace,
+            self.name,
+            len(procs),
+            grace,
+        )
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
@@ -694,6 +710,7 @@ class PodRunner(threading.Thread):
         started = st.get("state", {}).get("running", {}).get("startedAt", now())
         if code < 0:  # killed by a signal: report like a container runtime
             code = 128 - code
+        log.info("pod %s/%s: container %s exited %d", self.namespace, self.name, c["name"], code)
         st["state"] = {
             "terminated": {
                 "exitCode": code,
@@ -776,7 +793,7 @@ class PodRunner(threading.Thread):
         except client.ApiException as e:
             if e.status == 404 and optional:
                 return {}
-            raise
+            raise _missing("configmap", name, e) from None
 
     def _secret(self, name: str, optional: bool) -> dict[str, str]:
         try:
@@ -784,7 +801,7 @@ class PodRunner(threading.Thread):
         except client.ApiException as e:
             if e.status == 404 and optional:
                 return {}
-            raise
+            raise _missing("secret", name, e) from None
         return {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
 
     def argv_for(self, c: dict, env: dict[str, str]) -> list[str]:
@@ -841,6 +858,14 @@ class PodRunner(threading.Thread):
                 cwd=str(self.dir),
             )
         self.procs[name] = p
+        log.info(
+            "pod %s/%s: container %s started (pid %d, restart %d)",
+            self.namespace,
+            self.name,
+            name,
+            p.pid,
+            restart_count,
+        )
         table[name] = {
             "name": name,
             "image": c.get("image", ""),
@@ -854,6 +879,34 @@ class PodRunner(threading.Thread):
         return p
 
     # ---------------------------------------------------------- volumes
+    def set_up(self, step: Callable[[], object], reason: str, prefix: str = "") -> bool:
+        """Run ``step`` until it succeeds, retrying like the kubelet (a ConfigMap such as
+        ``kube-root-ca.crt`` may appear only after the pod); meanwhile every container waits
+        with ``reason`` and the error. False if the pod is deleted first."""
+        reported = ""
+        while not self.deleting.is_set():
+            try:
+                step()
+                return True
+            except Exception as e:
+                message = f"{prefix}{e}"
+                if message != reported:
+                    log.warning("pod %s/%s: %s: %s", self.namespace, self.name, reason, message)
+                    for c in self.spec["containers"]:
+                        self.statuses[c["name"]] = _waiting(c, reason, message)
+                    self.patch_status()
+                    reported = message
+            self.deleting.wait(SETUP_RETRY_SECONDS)
+        return False
+
+    def mount_volumes(self) -> None:
+        self.volumes = self.prepare_volumes()
+
+    def check_config(self) -> None:
+        """Every container's env and command resolve (referenced ConfigMaps/Secrets exist)."""
+        for c in [*(self.spec.get("initContainers") or []), *self.spec["containers"]]:
+            self.argv_for(c, self.env_for(c))
+
     def prepare_volumes(self) -> dict[str, Path]:
         vols: dict[str, Path] = {}
         root = self.dir / "volumes"
@@ -952,6 +1005,12 @@ class PodRunner(threading.Thread):
             _write_items(path, data, s["secret"].get("items"))
         elif "downwardAPI" in s:
             self._write_downward(path, s["downwardAPI"]["items"])
+
+
+def _missing(kind: str, name: str, e: client.ApiException) -> LookupError:
+    """The kubelet's short message for an object a pod needs (not the whole HTTP exchange)."""
+    what = "not found" if e.status == 404 else f"unreadable ({e.status} {e.reason})"
+    return LookupError(f'{kind} "{name}" {what}')
 
 
 def _waiting(c: dict, reason: str, message: str = "") -> dict:

@@ -597,11 +597,11 @@ class Cluster:
             ctx = ssl.create_default_context(cafile=str(ca))
         self._wait_http(name, url, timeout, ctx)
 
-    def _dump_logs_tail(self, log) -> None:
+    def _dump_logs_tail(self, log, lines: int = 15) -> None:
         for name in COMPONENTS:
             f = self.logs_dir / f"{name}.log"
             if f.exists():
-                tail = f.read_text(errors="replace").splitlines()[-15:]
+                tail = f.read_text(errors="replace").splitlines()[-lines:]
                 log(f"--- {name} (last lines of {f})\n" + "\n".join(tail))
 
     # ----------------------------------------------------------- state file

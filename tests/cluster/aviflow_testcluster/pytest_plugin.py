@@ -18,7 +18,12 @@ import pytest
 from . import _build, _procs
 from ._cluster import Cluster
 
-__all__ = ["k8s_cluster", "k8s_namespace", "pytest_collection_modifyitems"]
+__all__ = [
+    "k8s_cluster",
+    "k8s_namespace",
+    "pytest_collection_modifyitems",
+    "pytest_runtest_makereport",
+]
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -29,6 +34,29 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         if tr is not None:
             tr.write_line("aviflow test cluster: building binaries (cold cache: long)")
         _build.build()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """When a test that used the cluster fails, attach what a person would look at first:
+    every pod with its node and phase, recent events, and the tail of each component's log."""
+    outcome = yield
+    report = outcome.get_result()
+    cluster = getattr(item, "funcargs", {}).get("k8s_cluster")
+    if report.when != "call" or not report.failed or not isinstance(cluster, Cluster):
+        return
+    for title, args in (
+        ("pods", ("get", "pods", "-A", "-o", "wide")),
+        ("events", ("get", "events", "-A", "--sort-by=.lastTimestamp")),
+    ):
+        try:
+            proc = cluster.kubectl(*args, check=False, timeout=20)
+            report.sections.append((f"test cluster: {title}", proc.stdout + proc.stderr))
+        except Exception as e:  # diagnostics must never hide the failure itself
+            report.sections.append((f"test cluster: {title}", repr(e)))
+    tails: list[str] = []
+    cluster._dump_logs_tail(tails.append, lines=40)
+    report.sections.append(("test cluster: component logs", "\n".join(tails)))
 
 
 @contextlib.contextmanager
