@@ -9,7 +9,7 @@ Fixtures (``aviflow_testcluster.pytest_plugin``, registered for every test layer
     ``.create_namespace()``, ``.read_logs(namespace, pod, container=None)``,
     ``.processes()``, ``.stop()``. Built on first use from pinned Go modules.
 ``k8s_namespace`` (function)
-    A fresh namespace with its default ServiceAccount, deleted afterwards.
+    A fresh namespace with its default ServiceAccount and kube-root-ca.crt, deleted afterwards.
 
 Every test here is marked ``cluster``; deselect them with ``-m "not cluster"``.
 """

@@ -216,9 +216,11 @@ class Cluster:
     def create_namespace(
         self, name: str | None = None, *, labels: dict | None = None, timeout: float = 30
     ) -> str:
-        """Create a namespace (unique name by default) and wait for its default ServiceAccount.
+        """Create a namespace (unique name by default) and wait until pods can start in it.
 
-        Pods are admitted only once the ServiceAccount exists (ServiceAccount admission).
+        Pods are admitted only once the default ServiceAccount exists (ServiceAccount
+        admission), and their service-account volume needs the ``kube-root-ca.crt``
+        ConfigMap, which another controller publishes.
         """
         from kubernetes import client
 
@@ -230,6 +232,11 @@ class Cluster:
                 lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
                 timeout,
                 f"default ServiceAccount in {name}",
+            )
+            _wait(
+                lambda: _exists(lambda: core.read_namespaced_config_map("kube-root-ca.crt", name)),
+                timeout,
+                f"kube-root-ca.crt in {name}",
             )
         return name
 
