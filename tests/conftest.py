@@ -9,6 +9,9 @@ Fixtures here:
 ``local_backend``
     A :class:`~aviflow.backends.local.LocalBackend` on ``run_root`` with 8 GPU slots. After
     the test every job it ran is checked to have left no process behind (then cancelled).
+``stop_jobs`` (session)
+    ``stop_jobs(root)`` cancels every unfinished job of a run-store root and returns the
+    ids of those that left processes behind (killed too).
 ``leftover_processes``
     ``leftover_processes(job_id)`` -> pids still carrying the job's tag.
 ``k8s_cluster``, ``k8s_namespace``
@@ -20,7 +23,7 @@ Fixtures here:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,10 +53,10 @@ def leftover_processes():
     return find
 
 
-@pytest.fixture
-def local_backend(run_root: Path) -> Iterator[LocalBackend]:
-    backend = LocalBackend(root=run_root, capacity=8)
-    yield backend
+def _stop_jobs(root: Path) -> list[str]:
+    """Cancel every unfinished job under ``root``; the ids of jobs that still had processes
+    afterwards (those are then killed, so no test leaves any behind)."""
+    backend = LocalBackend(root=root, capacity=1)
     stray = []
     for job_id in backend.list_ids():
         if not JobState(backend.status(job_id)["state"]).is_finished():
@@ -61,4 +64,16 @@ def local_backend(run_root: Path) -> Iterator[LocalBackend]:
         if _procs.tagged(job_id):
             stray.append(job_id)
             _procs.stop_job(job_id, [])
+    return stray
+
+
+@pytest.fixture(scope="session")
+def stop_jobs() -> Callable[[Path], list[str]]:
+    return _stop_jobs
+
+
+@pytest.fixture
+def local_backend(run_root: Path) -> Iterator[LocalBackend]:
+    yield LocalBackend(root=run_root, capacity=8)
+    stray = _stop_jobs(run_root)
     assert not stray, f"jobs left processes behind: {stray}"

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,9 +43,6 @@ import requests
 import websocket
 import yaml
 
-from aviflow import _procs
-from aviflow.backends.local import LocalBackend
-from aviflow.status import JobState
 from aviflow_hub.local import hub_command
 
 PASSWORD = "aviflow-test-pw"
@@ -187,18 +184,6 @@ def stop_hub(proc: subprocess.Popen[bytes]) -> list[int]:
     return [p.pid for p in alive]
 
 
-def cancel_all_jobs(run_root: Path) -> list[str]:
-    backend = LocalBackend(root=run_root, capacity=1)
-    stray = []
-    for job_id in backend.list_ids():
-        if not JobState(backend.status(job_id)["state"]).is_finished():
-            backend.cancel(job_id)
-        if _procs.tagged(job_id):
-            stray.append(job_id)
-            _procs.stop_job(job_id, [])
-    return stray
-
-
 def start_hub(directory: Path, cfg: dict[str, Any], env: dict[str, str] | None = None) -> Hub:
     assert shutil.which("configurable-http-proxy"), "run tools/sysdeps.sh"
     path = write_config(directory, cfg)
@@ -248,13 +233,13 @@ def hub_factory() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def real_hub() -> Iterator[Hub]:
+def real_hub(stop_jobs: Callable[[Path], list[str]]) -> Iterator[Hub]:
     directory = Path(tempfile.mkdtemp(prefix="aviflow-hub-"))
     hub = start_hub(directory, base_config())
     try:
         yield hub
     finally:
-        stray = cancel_all_jobs(hub.run_root)
+        stray = stop_jobs(hub.run_root)
         survivors = stop_hub(hub.process)
         shutil.rmtree(directory, ignore_errors=True)
         assert not stray, f"jobs left processes behind: {stray}"
