@@ -143,7 +143,7 @@ def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dic
         kube["storage_class"] = cfg.storage.storage_class
     if cfg.hub.namespace:
         kube["namespace"] = cfg.hub.namespace
-    return {"JupyterHub": {"spawner_class": "kubespawner.KubeSpawner"},
+    return {"JupyterHub": {"spawner_class": "aviflow_hub.kube_spawner.AviflowKubeSpawner"},
             "Spawner": common, "KubeSpawner": kube}
 
 

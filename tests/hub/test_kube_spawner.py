@@ -110,13 +110,16 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
             hub = hub_factory(cfg, env={"KUBECONFIG": str(k8s_cluster.kubeconfig)})
             alice, bob = hub.token("alice"), hub.token("bob")
 
-            # bob (group b) may not choose team a's profile: KubeSpawner refuses it (its error is a
-            # 500), no server, no pod.
+            # bob (group b) may not choose team a's profile: refused with a 400 that names his
+            # choices; no server, no pod, no PVC.
             r = requests.post(f"{hub.url}/hub/api/users/bob/server", json={"profile": "team-a-medium"},
                               headers={"Authorization": f"token {bob}"}, timeout=300)
-            assert r.status_code == 500 and hub.server("bob", bob) is None, (r.status_code, r.text)
-            assert "No such profile: team-a-medium. Options include: small" in hub.log()
+            assert (r.status_code, r.json()["message"]) == (
+                400, "No such profile: team-a-medium. Options include: small"), r.text
+            assert hub.server("bob", bob) is None
             assert _pods(core, k8s_namespace, "bob") == []
+            assert not [c for c in core.list_namespaced_persistent_volume_claim(k8s_namespace).items
+                        if "bob" in c.metadata.name]
 
             server = hub.spawn("alice", alice, {"profile": "team-a-medium"}, timeout=900)
             assert server["user_options"] == {"profile": "team-a-medium"}

@@ -77,7 +77,7 @@ def test_kubernetes_settings() -> None:
     from pathlib import Path
 
     s = hub_settings(cfg, Path("/etc/aviflow/hub.yaml"), base_dir=Path("/srv"), python="/py")
-    assert s["JupyterHub"]["spawner_class"] == "kubespawner.KubeSpawner"
+    assert s["JupyterHub"]["spawner_class"] == "aviflow_hub.kube_spawner.AviflowKubeSpawner"
     assert s["Spawner"]["environment"] == {"AVIFLOW_API_URL": "http://proxy-public/services/aviflow-api/"}
     assert s["KubeSpawner"]["volume_mounts"] == [{"name": "home", "mountPath": "/home/jovyan"}]
     assert s["KubeSpawner"]["storage_capacity"] == "10Gi" and s["KubeSpawner"]["namespace"] == "hub"
