@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from aviflow import _procs
-from aviflow.backends.local import CANCEL_REQUEST, SUPERVISOR_INFO, SUPERVISOR_LOCK
+from aviflow.backends._admission import Waiting, decide
+from aviflow.backends.local import CANCEL_REQUEST, SUPERVISOR_INFO, SUPERVISOR_LOCK, read_quotas
 from aviflow.failures import first_failure, launcher_root_causes
 from aviflow.spec import TrainJob
 from aviflow.status import RESTARTING, Event, JobState
@@ -45,7 +46,7 @@ class Supervisor:
         self.stop_reason: tuple[JobState, str] | None = None
         self.gone = False
         self._finished_cache: set[str] = set()  # finished is final: never read again
-        self._gpus_cache: dict[str, int] = {}
+        self._sizes: dict[str, tuple[str, int]] = {}  # job id -> (queue, GPU slots)
 
     # -- signals ---------------------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -66,9 +67,16 @@ class Supervisor:
             self.stop_reason = (JobState.CANCELLED, "the run directory was removed")
 
     # -- queue -----------------------------------------------------------------------------------
-    def _scan(self, store: RunStore) -> tuple[list[str], int]:
-        """(queued job ids in FIFO order, GPU slots held by active jobs)."""
-        queued, used = [], 0
+    def _size(self, other: RunDir) -> tuple[str, int]:
+        if other.id not in self._sizes:
+            spec = other.spec().spec
+            self._sizes[other.id] = (spec.queue, spec.total_gpus)
+        return self._sizes[other.id]
+
+    def _scan(self, store: RunStore) -> tuple[list[Waiting], dict[str, int]]:
+        """(queued jobs in FIFO order, GPU slots held per queue by started jobs)."""
+        waiting: list[Waiting] = []
+        in_use: dict[str, int] = {}
         for job_id in store.ids(exclude=self._finished_cache):
             other = RunDir(store.root / job_id)
             state = JobState(other.status().get("state", JobState.QUEUED))
@@ -77,38 +85,34 @@ class Supervisor:
                 continue
             if job_id != self.run.id and not _procs.is_locked(other.path / SUPERVISOR_LOCK):
                 continue  # its supervisor is gone; it holds nothing
+            queue, gpus = self._size(other)
             if state == JobState.QUEUED:
-                queued.append(job_id)
+                waiting.append(Waiting(job_id, queue, gpus))
             else:
-                if job_id not in self._gpus_cache:
-                    self._gpus_cache[job_id] = other.spec().spec.total_gpus
-                used += self._gpus_cache[job_id]
-        return queued, used
+                in_use[queue] = in_use.get(queue, 0) + gpus
+        return waiting, in_use
 
     def wait_for_turn(self) -> bool:
         store = RunStore(self.run.path.parent)
-        need = self.job.spec.total_gpus
-        position = None
+        reported = None
         while True:
             self._check_cancel_file()
             if self.stop_reason:
                 return False
             with _procs.FileLock(store.root / ".queue.lock"):
-                queued, used = self._scan(store)
-                if queued and queued[0] == self.run.id and used + need <= self.capacity:
+                waiting, in_use = self._scan(store)
+                verdict = decide(
+                    self.run.id, waiting, in_use, self.capacity, read_quotas(store.root)
+                )
+                if verdict.admit:
                     self.run.record(
                         Event(JobState.STARTING, attempt=1, message="starting"), queuePosition=None
                     )
                     return True
-                pos = queued.index(self.run.id) + 1 if self.run.id in queued else None
-                if pos != position:
-                    position = pos
+                if (verdict.position, verdict.reason) != reported:
+                    reported = (verdict.position, verdict.reason)
                     status = self.run.status()
-                    status.update(
-                        queuePosition=pos,
-                        message=f"waiting for {need} GPU slots "
-                        f"({used}/{self.capacity} in use, position {pos})",
-                    )
+                    status.update(queuePosition=verdict.position, message=verdict.reason)
                     self.run.write_status(status)
             time.sleep(QUEUE_POLL_SECONDS)
 

@@ -2,12 +2,16 @@
 
 Jobs are started detached (a supervisor process per job, see :mod:`._supervisor`), so they
 outlive the kernel or CLI that submitted them. A FIFO queue with ``capacity`` GPU slots
-(``nodes x gpusPerNode`` per job) decides when a queued job starts.
+(``nodes x gpusPerNode`` per job) decides when a queued job starts; queues (``spec.queue``)
+may have GPU quotas, which no queue's started jobs exceed together (see :mod:`._admission`).
+The quotas live in the run store (``queues.json`` at its root), so every supervisor and every
+submitter on that root applies the same ones.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import subprocess
 import sys
@@ -21,12 +25,13 @@ from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError
 from aviflow.spec import TrainJob
 from aviflow.status import Event, JobState
-from aviflow.store import RunDir, RunStore, read_json
+from aviflow.store import RunDir, RunStore, atomic_write, read_json
 
 DEFAULT_CAPACITY = 8
 SUPERVISOR_LOCK = "supervisor.lock"
 SUPERVISOR_INFO = "supervisor.json"
 CANCEL_REQUEST = "cancel-requested"
+QUOTAS_FILE = "queues.json"
 # A job whose supervisor has not reported yet is still being submitted, not orphaned.
 SUPERVISOR_START_GRACE = 60.0
 
@@ -35,16 +40,35 @@ def default_capacity() -> int:
     return int(os.environ.get("AVIFLOW_LOCAL_CAPACITY", DEFAULT_CAPACITY))
 
 
+def read_quotas(root: Path) -> dict[str, int]:
+    """GPU quota per queue of the run store at ``root`` (a queue not listed has none)."""
+    return {str(k): int(v) for k, v in read_json(root / QUOTAS_FILE, {}).items()}
+
+
 class LocalBackend(Backend):
-    """Run jobs as local process groups; ``capacity`` is the number of GPU slots (processes)."""
+    """Run jobs as local process groups; ``capacity`` is the number of GPU slots (processes).
+
+    ``quotas`` (queue -> GPUs), when given, replaces the run store's queue quotas.
+    """
 
     name = "local"
 
-    def __init__(self, root: str | Path | None = None, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        capacity: int | None = None,
+        quotas: dict[str, int] | None = None,
+    ) -> None:
         self.store = RunStore(root)
         self.capacity = capacity if capacity is not None else default_capacity()
         if self.capacity < 1:
             raise BackendError(f"capacity must be at least 1 GPU slot, got {self.capacity}")
+        if quotas is not None:
+            bad = {q: n for q, n in quotas.items() if not isinstance(n, int) or n < 0}
+            if bad:
+                raise BackendError(f"queue quotas must be GPU counts >= 0, got {bad}")
+            self.store.root.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.store.root / QUOTAS_FILE, json.dumps(quotas, sort_keys=True))
 
     def __repr__(self) -> str:
         return f"LocalBackend(root={str(self.store.root)!r}, capacity={self.capacity})"
@@ -57,6 +81,12 @@ class LocalBackend(Backend):
                 f"{job.metadata.name!r} needs {need} GPU slots ({job.spec.nodes} nodes x "
                 f"{job.spec.gpus_per_node}) but this local backend has {self.capacity}; "
                 f"lower spec.nodes/gpusPerNode or raise AVIFLOW_LOCAL_CAPACITY"
+            )
+        quota = read_quotas(self.store.root).get(job.spec.queue)
+        if quota is not None and need > quota:
+            raise BackendError(
+                f"{job.metadata.name!r} needs {need} GPUs but queue {job.spec.queue!r} has a "
+                f"quota of {quota}; lower spec.nodes/gpusPerNode or use another queue"
             )
         meta = {
             "user": getpass.getuser(),

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from pathlib import Path
 
 import psutil
+import pytest
 
 import aviflow
 from aviflow import _procs
 from aviflow.backends.local import SUPERVISOR_INFO, LocalBackend
 from aviflow.bundle import build_bundle
+from aviflow.errors import BackendError
 from aviflow.spec import TrainJob
 from aviflow.status import Event, JobState
 
@@ -60,3 +63,75 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _gated(name: str, queue: str, gate: Path | None = None) -> dict:
+    """A 1 x 2 job in ``queue`` that runs until ``gate`` exists (or ends at once)."""
+    wait = f"while not os.path.exists({str(gate)!r}): time.sleep(0.1)" if gate else "pass"
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "queue": queue,
+            "gpusPerNode": 2,
+            "command": ["python", "-c", f"import os, time\n{wait}\n"],
+        },
+    }
+
+
+def _wait_state(job, state: JobState, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while job.status != state:
+        assert not job.status.is_finished() or state.is_finished(), job.status_record()
+        assert time.monotonic() < deadline, f"{job.id} still {job.status}, not {state}"
+        time.sleep(0.1)
+
+
+def test_queue_quota_holds_its_jobs_back_but_not_other_queues(
+    run_root, tmp_path, leftover_processes
+):
+    backend = LocalBackend(root=run_root, capacity=8, quotas={"vision": 2})
+    gate = tmp_path / "release"
+    first = aviflow.submit(_gated("first", "vision", gate), backend=backend)
+    _wait_state(first, JobState.RUNNING)
+    second = aviflow.submit(_gated("second", "vision"), backend=backend)
+    other = aviflow.submit(_gated("other", "nlp"), backend=backend)
+
+    # the machine has room (2/8 in use) but queue vision is at its quota; nlp has none
+    assert other.wait(timeout=120) == JobState.SUCCEEDED
+    record = second.status_record()
+    assert (record["state"], record["queuePosition"], record["message"]) == (
+        "QUEUED",
+        1,
+        "waiting for queue 'vision' quota: needs 2 GPUs, 2/2 in use (position 1)",
+    )
+
+    gate.touch()
+    assert first.wait(timeout=120) == JobState.SUCCEEDED
+    assert second.wait(timeout=120) == JobState.SUCCEEDED
+    second_start = next(e.time for e in second.events() if e.type == "STARTING")
+    assert second_start >= first.events()[-1].time
+    assert [leftover_processes(j.id) for j in (first, second, other)] == [[], [], []]
+
+
+def test_a_job_larger_than_its_queue_quota_is_refused_and_nothing_is_created(run_root):
+    backend = LocalBackend(root=run_root, capacity=8, quotas={"vision": 2})
+    spec = _gated("big", "vision")
+    spec["spec"]["nodes"] = 2
+    with pytest.raises(BackendError) as err:
+        aviflow.submit(spec, backend=backend)
+    assert str(err.value) == (
+        "'big' needs 4 GPUs but queue 'vision' has a quota of 2; "
+        "lower spec.nodes/gpusPerNode or use another queue"
+    )
+    assert backend.list_ids() == []
+    # the quotas belong to the run store: a backend opened on it without quotas applies them
+    with pytest.raises(BackendError, match="has a quota of 2"):
+        aviflow.submit(spec, backend=LocalBackend(root=run_root, capacity=8))
+    assert backend.list_ids() == []
+
+
+def test_quotas_must_be_gpu_counts(run_root):
+    with pytest.raises(
+        BackendError, match=r"queue quotas must be GPU counts >= 0, got \{'a': -1\}"
+    ):
+        LocalBackend(root=run_root, quotas={"a": -1})

@@ -111,3 +111,14 @@ def test_hostile_usernames_map_to_distinct_valid_names() -> None:
         names = [fn(u) for u in HOSTILE]
         assert all(valid(n) for n in names), names
         assert len(set(names)) == len(HOSTILE), names
+
+
+def test_the_local_backend_applies_the_teams_quotas(tmp_path) -> None:
+    from aviflow.backends.local import read_quotas
+    from aviflow_hub.service.context import make_backend
+
+    cfg = HubConfig.from_dict({**CFG.model_dump(by_alias=True, exclude_none=True),
+                               "api": {"backend": "local", "runRoot": str(tmp_path / "runs")}})
+    backend = make_backend(cfg)
+    assert backend.store.root == tmp_path / "runs"
+    assert read_quotas(backend.store.root) == {"qa": 8, "qb": 2}

@@ -28,7 +28,10 @@ USER_CACHE_SECONDS = 5.0
 
 def make_backend(cfg: HubConfig) -> Backend:
     if cfg.api.backend == "local":
-        return LocalBackend(root=cfg.run_root(), capacity=cfg.api.local_capacity)
+        # The teams' quotas hold on the local backend too, across concurrent jobs (Kueue's
+        # ClusterQueues do it on the cluster).
+        quotas = {team.queue: team.gpu_quota for team in cfg.teams}
+        return LocalBackend(root=cfg.run_root(), capacity=cfg.api.local_capacity, quotas=quotas)
     return get_backend(cfg.api.backend)
 
 
