@@ -21,8 +21,14 @@ import time
 from pathlib import Path
 
 from aviflow import _procs
-from aviflow.backends._admission import Waiting, decide
-from aviflow.backends.local import CANCEL_REQUEST, SUPERVISOR_INFO, SUPERVISOR_LOCK, read_quotas
+from aviflow.backends._admission import decide
+from aviflow.backends.local import (
+    CANCEL_REQUEST,
+    SUPERVISOR_INFO,
+    SUPERVISOR_LOCK,
+    read_quotas,
+    scan_queues,
+)
 from aviflow.failures import first_failure, launcher_root_causes
 from aviflow.spec import TrainJob
 from aviflow.status import RESTARTING, Event, JobState
@@ -67,31 +73,6 @@ class Supervisor:
             self.stop_reason = (JobState.CANCELLED, "the run directory was removed")
 
     # -- queue -----------------------------------------------------------------------------------
-    def _size(self, other: RunDir) -> tuple[str, int]:
-        if other.id not in self._sizes:
-            spec = other.spec().spec
-            self._sizes[other.id] = (spec.queue, spec.total_gpus)
-        return self._sizes[other.id]
-
-    def _scan(self, store: RunStore) -> tuple[list[Waiting], dict[str, int]]:
-        """(queued jobs in FIFO order, GPU slots held per queue by started jobs)."""
-        waiting: list[Waiting] = []
-        in_use: dict[str, int] = {}
-        for job_id in store.ids(exclude=self._finished_cache):
-            other = RunDir(store.root / job_id)
-            state = JobState(other.status().get("state", JobState.QUEUED))
-            if state.is_finished():
-                self._finished_cache.add(job_id)
-                continue
-            if job_id != self.run.id and not _procs.is_locked(other.path / SUPERVISOR_LOCK):
-                continue  # its supervisor is gone; it holds nothing
-            queue, gpus = self._size(other)
-            if state == JobState.QUEUED:
-                waiting.append(Waiting(job_id, queue, gpus))
-            else:
-                in_use[queue] = in_use.get(queue, 0) + gpus
-        return waiting, in_use
-
     def wait_for_turn(self) -> bool:
         store = RunStore(self.run.path.parent)
         reported = None
@@ -100,7 +81,9 @@ class Supervisor:
             if self.stop_reason:
                 return False
             with _procs.FileLock(store.root / ".queue.lock"):
-                waiting, in_use = self._scan(store)
+                waiting, in_use = scan_queues(
+                    store, own=self.run.id, finished=self._finished_cache, sizes=self._sizes
+                )
                 verdict = decide(
                     self.run.id, waiting, in_use, self.capacity, read_quotas(store.root)
                 )

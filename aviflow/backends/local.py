@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from aviflow import _procs
+from aviflow.backends._admission import Waiting
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError
@@ -43,6 +44,40 @@ def default_capacity() -> int:
 def read_quotas(root: Path) -> dict[str, int]:
     """GPU quota per queue of the run store at ``root`` (a queue not listed has none)."""
     return {str(k): int(v) for k, v in read_json(root / QUOTAS_FILE, {}).items()}
+
+
+def scan_queues(
+    store: RunStore,
+    *,
+    own: str | None = None,
+    finished: set[str] | None = None,
+    sizes: dict[str, tuple[str, int]] | None = None,
+) -> tuple[list[Waiting], dict[str, int]]:
+    """(queued jobs, oldest first; GPU slots held per queue by started jobs) of the jobs whose
+    supervisor is alive (``own``: the caller's job, counted regardless). ``finished`` and
+    ``sizes`` are caches a caller that scans repeatedly keeps (a finished job stays finished;
+    a job's queue and size never change)."""
+    finished = set() if finished is None else finished
+    sizes = {} if sizes is None else sizes
+    waiting: list[Waiting] = []
+    in_use: dict[str, int] = {}
+    for job_id in store.ids(exclude=finished):
+        run = RunDir(store.root / job_id)
+        state = JobState(run.status().get("state", JobState.QUEUED))
+        if state.is_finished():
+            finished.add(job_id)
+            continue
+        if job_id != own and not _procs.is_locked(run.path / SUPERVISOR_LOCK):
+            continue  # its supervisor is gone (or not started yet); it holds nothing
+        if job_id not in sizes:
+            spec = run.spec().spec
+            sizes[job_id] = (spec.queue, spec.total_gpus)
+        queue, gpus = sizes[job_id]
+        if state == JobState.QUEUED:
+            waiting.append(Waiting(job_id, queue, gpus))
+        else:
+            in_use[queue] = in_use.get(queue, 0) + gpus
+    return waiting, in_use
 
 
 class LocalBackend(Backend):
@@ -146,6 +181,18 @@ class LocalBackend(Backend):
 
     def list_ids(self) -> list[str]:
         return self.store.ids()
+
+    def quota(self, queue: str) -> dict[str, int] | None:
+        """The queue's GPU quota with its current use, or None if it has no quota."""
+        quota = read_quotas(self.store.root).get(queue)
+        if quota is None:
+            return None
+        waiting, in_use = scan_queues(self.store)
+        return {
+            "gpuQuota": quota,
+            "gpusInUse": in_use.get(queue, 0),
+            "pendingJobs": sum(w.queue == queue for w in waiting),
+        }
 
     def run_dir(self, job_id: str) -> RunDir:
         return self.store.get(job_id)

@@ -122,5 +122,16 @@ class HubBackend(Backend):
     def queues(self) -> list[dict[str, Any]]:
         return self.request("GET", "queues")["queues"]
 
+    def quota(self, queue: str) -> dict[str, Any] | None:
+        """The queue's GPU quota and current use as aviflow-api reports it; ``default`` is the
+        user's team queue when they have one. None: not one of the user's queues."""
+        queues = self.queues()
+        if queue == "default" and len(queues) == 1:
+            queue = queues[0]["queue"]
+        for q in queues:
+            if q["queue"] == queue:
+                return {k: q[k] for k in ("queue", "gpuQuota", "gpusInUse", "pendingCount")}
+        return None
+
     def usage(self, by: str = "team") -> list[dict[str, Any]]:
         return self.request("GET", "usage", query={"by": by})["rows"]

@@ -104,6 +104,8 @@ def test_queue_quota_holds_its_jobs_back_but_not_other_queues(
         1,
         "waiting for queue 'vision' quota: needs 2 GPUs, 2/2 in use (position 1)",
     )
+    assert backend.quota("vision") == {"gpuQuota": 2, "gpusInUse": 2, "pendingJobs": 1}
+    assert backend.quota("nlp") is None
 
     gate.touch()
     assert first.wait(timeout=120) == JobState.SUCCEEDED

@@ -116,6 +116,11 @@ def test_queues_show_quota_usage_and_positions(real_hub: Any, tokens: dict[str, 
     assert [(q["queue"], q["gpusInUse"], q["pendingCount"]) for q in alice] == [("queue-a", 1, 0)]
     root = real_hub.call("GET", "queues", tokens["root"]).json()["queues"]
     assert [q["queue"] for q in root] == ["queue-a", "queue-b"]
+    # what `%%aviflow_train --dry-run` shows in a hub notebook
+    assert client(real_hub, tokens["bob"]).quota("default") == {
+        "queue": "queue-b", "gpuQuota": 4, "gpusInUse": 0, "pendingCount": 1}
+    assert client(real_hub, tokens["alice"]).quota("queue-a")["gpusInUse"] == 1
+    assert client(real_hub, tokens["alice"]).quota("queue-b") is None
 
 
 def test_tokens_without_the_needed_scope_are_refused(real_hub: Any, tokens: dict[str, str],

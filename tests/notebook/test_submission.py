@@ -86,6 +86,14 @@ def test_dry_run_shows_manifests_and_quota_when_the_backend_offers_them(run_root
     assert _empty(run_root)
 
 
+def test_dry_run_on_the_local_backend_shows_its_queue_quota(run_root: Path) -> None:
+    job = TrainJob.from_dict({"metadata": {"name": "q"}, "spec": {"queue": "vision", "script": BODY}})
+    backend = LocalBackend(root=run_root, quotas={"vision": 4})
+    report = dry_run(job, backend, {"train.py": BODY.encode()})
+    assert "Quota of queue 'vision': gpuQuota: 4, gpusInUse: 0, pendingJobs: 0\n" in report.text()
+    assert backend.list_ids() == []
+
+
 def test_spec_yaml_round_trips_scripts() -> None:
     for script in ("a = 1\n", "x\n  y  \n\tz", "only\n\n\nblank lines\n"):
         job = TrainJob.from_dict({"metadata": {"name": "s"}, "spec": {"script": script}})
