@@ -60,7 +60,9 @@ def _progress_printer() -> Callable[[Job, dict], None]:
 
     def show(job: Job, record: dict) -> None:
         line = f"{record['state']}"
-        if record.get("queuePosition"):
+        if record["state"] == JobState.QUEUED and record.get("message"):
+            line += f": {record['message']}"  # what it waits for: slots or its queue's quota
+        elif record.get("queuePosition"):
             line += f" (queue position {record['queuePosition']})"
         if record.get("attempt", 0) > 1:
             line += f" attempt {record['attempt']}"

@@ -118,7 +118,8 @@ def test_wait_reports_progress_and_exit_code_of_a_failed_job(tmp_path, run_root)
     lines = result.stdout.splitlines()
     job_id = lines[0]
     assert any(
-        line.endswith(f"{job_id} QUEUED") or f"{job_id} STARTING" in line for line in lines[1:]
+        f"{job_id} QUEUED: waiting for" in line or f"{job_id} STARTING" in line
+        for line in lines[1:]
     )
     assert f"{job_id} FAILED" in lines
     assert (
@@ -126,3 +127,18 @@ def test_wait_reports_progress_and_exit_code_of_a_failed_job(tmp_path, run_root)
         or "first failure: rank 1 (node 1)" in result.stderr
     )
     assert "SystemExit(3)" in result.stderr
+
+
+def test_wait_progress_says_what_a_queued_job_waits_for(capsys):
+    from types import SimpleNamespace
+
+    from aviflow.cli import _progress_printer
+
+    job = SimpleNamespace(id="j-1", backend=SimpleNamespace(metrics=lambda _id: []))
+    show = _progress_printer()
+    reason = "waiting for queue 'vision' quota: needs 2 GPUs, 2/2 in use (position 1)"
+    show(job, {"state": "QUEUED", "queuePosition": 1, "message": reason})
+    show(job, {"state": "QUEUED", "queuePosition": 1, "message": reason})  # unchanged: silent
+    show(job, {"state": "RUNNING", "attempt": 2, "message": "running"})
+    lines = [ln.split("] ", 1)[1] for ln in capsys.readouterr().out.splitlines()]
+    assert lines == [f"j-1 QUEUED: {reason}", "j-1 RUNNING attempt 2"]
