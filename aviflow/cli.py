@@ -22,6 +22,12 @@ from aviflow.job import Job
 from aviflow.status import JobState
 
 EXIT_FOR_STATE = {JobState.SUCCEEDED: 0, JobState.FAILED: 1, JobState.CANCELLED: 3}
+EXIT_FOR_ERROR: dict[type[Exception], int] = {
+    SpecError: 2,
+    JobNotFound: 4,
+    BackendError: 5,
+    TimeoutError: 124,
+}
 
 
 def _when(ts: float | None) -> str:
@@ -264,18 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.backend = more.backend or ns.backend
     try:
         return ns.func(ns)
-    except SpecError as exc:
+    except tuple(EXIT_FOR_ERROR) as exc:
         print(f"aviflow: {exc}", file=sys.stderr)
-        return 2
-    except JobNotFound as exc:
-        print(f"aviflow: {exc}", file=sys.stderr)
-        return 4
-    except BackendError as exc:
-        print(f"aviflow: {exc}", file=sys.stderr)
-        return 5
-    except TimeoutError as exc:
-        print(f"aviflow: {exc}", file=sys.stderr)
-        return 124
+        return next(code for kind, code in EXIT_FOR_ERROR.items() if isinstance(exc, kind))
     except KeyboardInterrupt:
         print("aviflow: interrupted; the job keeps running (see `aviflow status`)", file=sys.stderr)
         return 130

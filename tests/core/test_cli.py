@@ -142,3 +142,21 @@ def test_wait_progress_says_what_a_queued_job_waits_for(capsys):
     show(job, {"state": "RUNNING", "attempt": 2, "message": "running"})
     lines = [ln.split("] ", 1)[1] for ln in capsys.readouterr().out.splitlines()]
     assert lines == [f"j-1 QUEUED: {reason}", "j-1 RUNNING attempt 2"]
+
+
+def test_refused_submission_exits_5_and_a_wait_that_times_out_exits_124(
+    tmp_path, run_root, leftover_processes
+):
+    too_big = write_spec(tmp_path, "huge", nodes=4, gpusPerNode=4, script="pass\n")
+    refused = cli(run_root, "submit", str(too_big))
+    assert refused.returncode == 5, refused.stderr
+    assert refused.stderr.startswith("aviflow: 'huge' needs 16 GPU slots (4 nodes x 4)")
+    assert LocalBackend(root=run_root).list_ids() == []
+
+    slow = write_spec(tmp_path, "slow", command=["python", "-c", "import time; time.sleep(600)"])
+    waited = cli(run_root, "submit", str(slow), "--wait", "--timeout", "2")
+    assert waited.returncode == 124, waited.stderr
+    job_id = waited.stdout.splitlines()[0]
+    assert f"aviflow: job {job_id} is still " in waited.stderr
+    assert aviflow.get(job_id, LocalBackend(root=run_root)).cancel() is True
+    assert leftover_processes(job_id) == []

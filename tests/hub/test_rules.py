@@ -7,10 +7,12 @@ import re
 import pytest
 from kubespawner.slugs import safe_slug
 
+from aviflow.backends.local import read_quotas
 from aviflow.names import is_dns1123_label, label_value, slugify
 from aviflow_hub.authz import READ_SCOPE, SUBMIT_SCOPE, JobRef, Principal, choose_queue, decide
 from aviflow_hub.config import ConfigError, HubConfig
 from aviflow_hub.profiles import profiles_for
+from aviflow_hub.service.context import make_backend
 from aviflow_hub.settings import CULLER_SCOPES, hub_settings
 
 CFG = HubConfig.from_dict({
@@ -114,9 +116,6 @@ def test_hostile_usernames_map_to_distinct_valid_names() -> None:
 
 
 def test_the_local_backend_applies_the_teams_quotas(tmp_path) -> None:
-    from aviflow.backends.local import read_quotas
-    from aviflow_hub.service.context import make_backend
-
     cfg = HubConfig.from_dict({**CFG.model_dump(by_alias=True, exclude_none=True),
                                "api": {"backend": "local", "runRoot": str(tmp_path / "runs")}})
     backend = make_backend(cfg)

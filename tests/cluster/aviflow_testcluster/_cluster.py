@@ -288,7 +288,7 @@ class Cluster:
         try:
             self._start(list(kueue_frameworks), timeout, log)
         except BaseException:
-            self._dump_logs_tail(log)
+            self.dump_logs_tail(log)
             self.stop()
             raise
         return self
@@ -604,7 +604,8 @@ class Cluster:
             ctx = ssl.create_default_context(cafile=str(ca))
         self._wait_http(name, url, timeout, ctx)
 
-    def _dump_logs_tail(self, log, lines: int = 15) -> None:
+    def dump_logs_tail(self, log, lines: int = 15) -> None:
+        """Pass the last ``lines`` of each component's log to ``log``."""
         for name in COMPONENTS:
             f = self.logs_dir / f"{name}.log"
             if f.exists():

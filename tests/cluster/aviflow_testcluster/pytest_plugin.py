@@ -55,7 +55,7 @@ def pytest_runtest_makereport(item, call):
         except Exception as e:  # diagnostics must never hide the failure itself
             report.sections.append((f"test cluster: {title}", repr(e)))
     tails: list[str] = []
-    cluster._dump_logs_tail(tails.append, lines=40)
+    cluster.dump_logs_tail(tails.append, lines=40)
     report.sections.append(("test cluster: component logs", "\n".join(tails)))
 
 
