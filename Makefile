@@ -30,20 +30,22 @@ hub: venv sysdeps
 demo: venv
 	$(PY) -m aviflow.examples.demo
 
-test: venv sysdeps
-	$(VENV)/bin/ruff check .
+test: venv sysdeps lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# ruff (lint and format) on everything, mypy --strict on the core package (pyproject.toml)
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check aviflow tests/core bench
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: venv
 	$(VENV)/bin/ruff check --fix .
-	$(VENV)/bin/ruff format aviflow tests/core bench
+	$(VENV)/bin/ruff format .
 
 bench: venv
 	$(PY) bench/import_magic.py
+	$(PY) bench/panel.py
 	$(PY) bench/launch.py
 
 clean:

@@ -25,8 +25,12 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "TrainJob": "aviflow.spec",
-    "JobState": "aviflow.status",
-    "Usage": "aviflow.status",
+    "JobState": "aviflow.records",
+    "JobStatus": "aviflow.records",
+    "FailureInfo": "aviflow.records",
+    "CheckpointRef": "aviflow.records",
+    "QueueQuota": "aviflow.records",
+    "Usage": "aviflow.attempts",
     "Job": "aviflow.job",
     "submit": "aviflow.api",
     "get": "aviflow.api",
@@ -45,9 +49,13 @@ _EXPORTS = {
 __all__ = [
     "AviflowError",
     "BackendError",
+    "CheckpointRef",
+    "FailureInfo",
     "Job",
     "JobNotFound",
     "JobState",
+    "JobStatus",
+    "QueueQuota",
     "SpecError",
     "TrainJob",
     "Usage",
@@ -64,10 +72,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from aviflow.api import get, jobs, submit
+    from aviflow.attempts import Usage
     from aviflow.errors import AviflowError, BackendError, JobNotFound, SpecError
     from aviflow.job import Job
+    from aviflow.records import CheckpointRef, FailureInfo, JobState, JobStatus, QueueQuota
     from aviflow.spec import TrainJob
-    from aviflow.status import JobState, Usage
     from aviflow.tracking import checkpoint_dir, log, resume, save_checkpoint, tracker
 
 

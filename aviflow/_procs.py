@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-TAG = "AVIFLOW_JOB_TAG"
+from aviflow.runtime.env import JOB_TAG as TAG
 
 
 def tagged(job_id: str) -> list[psutil.Process]:

@@ -9,7 +9,7 @@ from accelerate.tracking import GeneralTracker, on_main_process
 from aviflow import tracking
 
 
-class AviflowTracker(GeneralTracker):
+class AviflowTracker(GeneralTracker):  # type: ignore[misc]  # accelerate is untyped
     """Writes ``accelerator.log(values, step)`` to the job's ``metrics.jsonl``."""
 
     name = "aviflow"
@@ -24,11 +24,11 @@ class AviflowTracker(GeneralTracker):
     def tracker(self) -> AviflowTracker:
         return self
 
-    @on_main_process
+    @on_main_process  # type: ignore[untyped-decorator]
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         self._config = dict(values)
 
-    @on_main_process
+    @on_main_process  # type: ignore[untyped-decorator]
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         numeric = {k: v for k, v in values.items() if not isinstance(v, dict | list)}
         if numeric:

@@ -16,9 +16,9 @@ import yaml
 
 from aviflow.errors import SpecError
 from aviflow.spec import TrainJob
+from aviflow.store import CODE_DIR, MANIFEST
 
 MAX_FILE_BYTES = 16 << 20
-MANIFEST = "MANIFEST.json"
 SCRIPT_NAME = "train.py"
 ACCELERATE_CONFIG_NAME = "accelerate_config.yaml"
 
@@ -52,8 +52,8 @@ class CodeBundle:
 
     def store_files(self) -> dict[str, bytes]:
         """What the run store writes: ``code/<file>`` plus ``code/MANIFEST.json``."""
-        out = {f"code/{n}": b for n, b in self.files.items()}
-        out[f"code/{MANIFEST}"] = json.dumps(self.manifest(), indent=2).encode()
+        out = {f"{CODE_DIR}/{n}": b for n, b in self.files.items()}
+        out[f"{CODE_DIR}/{MANIFEST}"] = json.dumps(self.manifest(), indent=2).encode()
         return out
 
 

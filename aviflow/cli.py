@@ -13,17 +13,19 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import TextIO
 
 from aviflow import api
 from aviflow.backends import Backend, get_backend
 from aviflow.backends.local import LocalBackend
-from aviflow.errors import BackendError, JobNotFound, SpecError
+from aviflow.errors import AviflowError, BackendError, JobNotFound, RequestError, SpecError
 from aviflow.job import Job
-from aviflow.status import JobState
+from aviflow.records import JobState, JobStatus
 
 EXIT_FOR_STATE = {JobState.SUCCEEDED: 0, JobState.FAILED: 1, JobState.CANCELLED: 3}
 EXIT_FOR_ERROR: dict[type[Exception], int] = {
     SpecError: 2,
+    RequestError: 2,
     JobNotFound: 4,
     BackendError: 5,
     TimeoutError: 124,
@@ -42,43 +44,48 @@ def _backend(ns: argparse.Namespace) -> Backend:
     return get_backend(ns.backend)
 
 
-def _table(rows: list[list[str]], out=sys.stdout) -> None:
+def _table(rows: list[list[str]], out: TextIO = sys.stdout) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(), file=out)
 
 
-def _follow(job: Job, timeout: float | None, show: Callable[[Job, dict], None]) -> JobState:
+def _follow(job: Job, timeout: float | None, show: Callable[[Job, JobStatus], None]) -> JobState:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         record = job.status_record()
         show(job, record)
-        state = JobState(record["state"])
-        if state.is_finished():
-            return state
+        if record.state.is_finished():
+            return record.state
         if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"job {job.id} is still {state.value} after {timeout}s")
+            raise TimeoutError(f"job {job.id} is still {record.state.value} after {timeout}s")
         time.sleep(1.0)
 
 
-def _progress_printer() -> Callable[[Job, dict], None]:
-    last: dict[str, object] = {}
+def _progress_printer() -> Callable[[Job, JobStatus], None]:
+    """Prints a line whenever the state, the queue position or the latest metrics change;
+    reads only the metrics logged since the last call."""
+    last: dict[str, str] = {}
+    cursor = [0]
+    latest: list[dict[str, object]] = [{}]
 
-    def show(job: Job, record: dict) -> None:
-        line = f"{record['state']}"
-        if record["state"] == JobState.QUEUED and record.get("message"):
-            line += f": {record['message']}"  # what it waits for: slots or its queue's quota
-        elif record.get("queuePosition"):
-            line += f" (queue position {record['queuePosition']})"
-        if record.get("attempt", 0) > 1:
-            line += f" attempt {record['attempt']}"
-        rows = job.backend.metrics(job.id)
+    def show(job: Job, record: JobStatus) -> None:
+        line = record.state.value
+        if record.state is JobState.QUEUED and record.message:
+            line += f": {record.message}"  # what it waits for: slots or its queue's quota
+        elif record.queue_position:
+            line += f" (queue position {record.queue_position})"
+        if record.attempt > 1:
+            line += f" attempt {record.attempt}"
+        rows, cursor[0] = job.metric_batch(cursor[0])
         if rows:
-            values = ", ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in rows[-1]["values"].items()
+            latest[0] = {"step": rows[-1].step, **rows[-1].values}
+        if latest[0]:
+            step, values = latest[0]["step"], {k: v for k, v in latest[0].items() if k != "step"}
+            shown = ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
             )
-            line += f"  step {rows[-1]['step']}: {values}"
+            line += f"  step {step}: {shown}"
         if line != last.get("line"):
             print(f"[{_when(time.time())}] {job.id} {line}", flush=True)
             last["line"] = line
@@ -98,31 +105,24 @@ def cmd_submit(ns: argparse.Namespace) -> int:
 
 def _print_outcome(job: Job, state: JobState) -> None:
     print(f"{job.id} {state.value}")
-    if state == JobState.FAILED and job.failure:
-        f = job.failure
-        print(f"first failure: rank {f.get('rank')} (node {f.get('node')})", file=sys.stderr)
-        print(f.get("traceback") or f.get("log_tail", ""), file=sys.stderr)
+    failure = job.failure
+    if state is JobState.FAILED and failure is not None:
+        print(f"first failure: {failure.where()}: {failure.what()}", file=sys.stderr)
+        print(failure.detail(), file=sys.stderr)
     latest = job.latest_checkpoint()
-    if latest:
-        print(f"latest checkpoint: step {latest['step']} at {latest['path']}")
+    if latest is not None:
+        try:
+            where = f" at {job.checkpoint_path(latest)}"
+        except AviflowError:
+            where = ""
+        print(f"latest checkpoint: step {latest.step}{where}")
     print(f"GPU-seconds allocated: {job.usage().gpu_seconds:.1f}")
 
 
 def cmd_ls(ns: argparse.Namespace) -> int:
-    jobs = api.jobs(_backend(ns))
     rows = [["ID", "NAME", "STATE", "NODES", "GPUS", "SUBMITTED"]]
-    for job in jobs:
-        spec, record = job.spec, job.status_record()
-        rows.append(
-            [
-                job.id,
-                spec.metadata.name,
-                record["state"],
-                str(spec.spec.nodes),
-                str(spec.spec.total_gpus),
-                _when(job.backend.meta(job.id).get("submitted")),
-            ]
-        )
+    for s in reversed(_backend(ns).summaries()):
+        rows.append([s.id, s.name, s.state.value, str(s.nodes), str(s.gpus), _when(s.submitted)])
     _table(rows)
     return 0
 
@@ -135,13 +135,13 @@ def cmd_status(ns: argparse.Namespace) -> int:
             {
                 "id": job.id,
                 "name": job.name,
-                **record,
-                "gpu_seconds": round(job.usage().gpu_seconds, 3),
+                **record.to_dict(),
+                "gpuSeconds": round(job.usage().gpu_seconds, 3),
             },
             indent=2,
         )
     )
-    return EXIT_FOR_STATE.get(JobState(record["state"]), 0)
+    return EXIT_FOR_STATE.get(record.state, 0)
 
 
 def cmd_logs(ns: argparse.Namespace) -> int:
@@ -151,13 +151,21 @@ def cmd_logs(ns: argparse.Namespace) -> int:
         return 0
     ranks = [ns.rank] if ns.rank is not None else None
     offsets: dict[int, int] = {}
+    pending: dict[int, str] = {}
     while True:
         finished = job.status.is_finished()
         for rank in ranks or job.backend.ranks(job.id):
-            text = job.backend.log_text(job.id, rank)
-            new = text[offsets.get(rank, 0) :]
-            offsets[rank] = len(text)
-            for line in new.splitlines():
+            if rank not in offsets and ns.tail is not None:
+                chunk = job.backend.log(job.id, rank, tail=ns.tail)
+            else:
+                chunk = job.backend.log(job.id, rank, offset=offsets.get(rank, 0))
+            offsets[rank] = chunk.next
+            *lines, rest = (pending.pop(rank, "") + chunk.text).split("\n")
+            if finished and rest:
+                lines.append(rest)
+            elif rest:
+                pending[rank] = rest  # a line still being written
+            for line in lines:
                 sys.stdout.write(line + "\n" if ranks else f"[rank {rank}] {line}\n")
         sys.stdout.flush()
         if finished:
@@ -194,18 +202,17 @@ def cmd_metrics(ns: argparse.Namespace) -> int:
 def cmd_usage(ns: argparse.Namespace) -> int:
     rows = [["ID", "NAME", "STATE", "GPUS", "ATTEMPTS", "GPU-SECONDS", "GPU-HOURS"]]
     total = 0.0
-    for job in api.jobs(_backend(ns)):
-        u = job.usage()
-        total += u.gpu_seconds
+    for s in reversed(_backend(ns).summaries()):
+        total += s.gpu_seconds
         rows.append(
             [
-                job.id,
-                job.name,
-                job.status.value,
-                str(u.gpus),
-                str(u.attempts),
-                f"{u.gpu_seconds:.1f}",
-                f"{u.gpu_hours:.4f}",
+                s.id,
+                s.name,
+                s.state.value,
+                str(s.gpus),
+                str(s.attempt),
+                f"{s.gpu_seconds:.1f}",
+                f"{s.gpu_seconds / 3600:.4f}",
             ]
         )
     rows.append(["TOTAL", "", "", "", "", f"{total:.1f}", f"{total / 3600:.4f}"])
@@ -269,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.root = more.root or ns.root
         ns.backend = more.backend or ns.backend
     try:
-        return ns.func(ns)
+        return int(ns.func(ns))
     except tuple(EXIT_FOR_ERROR) as exc:
         print(f"aviflow: {exc}", file=sys.stderr)
         return next(code for kind, code in EXIT_FOR_ERROR.items() if isinstance(exc, kind))

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aviflow.attempts import Usage, attempts_from_events, job_info, usage
 from aviflow.backends import Backend
+from aviflow.records import (
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    JobState,
+    JobStatus,
+    MetricRow,
+)
 from aviflow.spec import TrainJob
-from aviflow.status import Event, JobState, Usage, usage_from_events
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,23 +45,28 @@ class Job:
         return self.backend.spec(self.id)
 
     @property
+    def meta(self) -> JobMeta:
+        return self.backend.meta(self.id)
+
+    @property
     def name(self) -> str:
         return self.spec.metadata.name
 
-    def status_record(self) -> dict[str, Any]:
+    def status_record(self) -> JobStatus:
+        """The whole status record (state, attempt, message, queue position, failure)."""
         return self.backend.status(self.id)
 
     @property
     def status(self) -> JobState:
-        return JobState(self.status_record().get("state", JobState.QUEUED))
+        return self.status_record().state
 
     @property
-    def failure(self) -> dict[str, Any] | None:
+    def failure(self) -> FailureInfo | None:
         """The first failing rank and its traceback, once the job has FAILED."""
-        return self.status_record().get("failure")
+        return self.status_record().failure
 
     def events(self) -> list[Event]:
-        return self.backend.events(self.id)
+        return self.backend.events(self.id).items
 
     def wait(self, timeout: float | None = None, poll: float = 0.5) -> JobState:
         """Block until the job finishes; return its final state. TimeoutError after ``timeout`` s."""
@@ -70,43 +85,58 @@ class Job:
 
     # -- outputs ---------------------------------------------------------------------------------
     def logs(self, rank: int | None = None, tail: int | None = None) -> str:
-        """One rank's log, or every rank's (each line prefixed ``[rank R]``); last ``tail`` lines."""
+        """One rank's log, or every rank's (each line prefixed ``[rank R]``); the last ``tail``
+        lines of each. Reading a tail costs the tail, not the whole log."""
         if rank is not None:
-            lines = self.backend.log_text(self.id, rank).splitlines()
-        else:
-            lines = [
-                f"[rank {r}] {line}"
-                for r in self.backend.ranks(self.id)
-                for line in self.backend.log_text(self.id, r).splitlines()
-            ]
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
+            return self.backend.log(self.id, rank, tail=tail).text
+        lines = [
+            f"[rank {r}] {line}"
+            for r in self.backend.ranks(self.id)
+            for line in self.backend.log(self.id, r, tail=tail).text.splitlines()
+        ]
         return "\n".join(lines) + ("\n" if lines else "")
 
-    def metric_rows(self) -> list[dict[str, Any]]:
-        """``{"step", "time", "attempt", <metric>: value, ...}`` per logged step."""
+    def metric_rows(self, after_step: int | None = None) -> list[dict[str, Any]]:
+        """``{"step", "time", "attempt", <metric>: value, ...}`` per logged step (only steps
+        after ``after_step`` if given)."""
         return [
-            {"step": r["step"], "time": r["time"], "attempt": r.get("attempt", 1), **r["values"]}
-            for r in self.backend.metrics(self.id)
+            {"step": r.step, "time": r.time, "attempt": r.attempt, **r.values}
+            for r in self.backend.metrics(self.id, after_step=after_step).items
         ]
 
-    def metrics(self) -> pd.DataFrame | list[dict[str, Any]]:
+    def metrics(self, after_step: int | None = None) -> pd.DataFrame | list[dict[str, Any]]:
         """Logged metrics: a pandas DataFrame when pandas is installed, else a list of rows."""
-        rows = self.metric_rows()
+        rows = self.metric_rows(after_step)
         try:
             import pandas as pd
         except ImportError:
             return rows
         return pd.DataFrame(rows, columns=None if rows else ["step", "time", "attempt"])
 
-    def checkpoints(self) -> list[dict[str, Any]]:
-        """Complete checkpoints, oldest first: ``{"step", "path", "time", "attempt"}``."""
+    def metric_batch(self, since: int = 0) -> tuple[list[MetricRow], int]:
+        """Metric rows after cursor ``since`` and the cursor to continue from."""
+        batch = self.backend.metrics(self.id, since=since)
+        return batch.items, batch.next
+
+    def checkpoints(self) -> list[CheckpointRef]:
+        """Complete checkpoints, oldest first."""
         return self.backend.checkpoints(self.id)
 
-    def latest_checkpoint(self) -> dict[str, Any] | None:
+    def latest_checkpoint(self) -> CheckpointRef | None:
         found = self.checkpoints()
         return found[-1] if found else None
 
+    def checkpoint_path(self, ref: CheckpointRef | None = None) -> Path:
+        """Where ``ref`` (default: the latest checkpoint) is on this machine, for
+        ``accelerator.load_state``. Raises JobNotFound when there is none."""
+        from aviflow.errors import JobNotFound
+
+        ref = ref or self.latest_checkpoint()
+        if ref is None:
+            raise JobNotFound(f"job {self.id} has no complete checkpoint yet")
+        return self.backend.checkpoint_path(ref)
+
     def usage(self) -> Usage:
-        """Allocated GPU time: nodes x gpusPerNode x running time, summed over attempts."""
-        return usage_from_events(self.events(), self.spec.spec.total_gpus)
+        """Allocated GPU time: nodes x gpusPerNode x time held, summed over attempts."""
+        info = job_info(self.meta, self.spec)
+        return usage(attempts_from_events(info, self.events()), info.gpus, time.time())

@@ -24,7 +24,7 @@ _HASH_LEN = 8
 
 
 def is_dns1123_label(value: str, max_len: int = 63) -> bool:
-    return len(value) <= max_len and DNS1123_LABEL.match(value) is not None
+    return len(value) <= max_len and DNS1123_LABEL.fullmatch(value) is not None
 
 
 def _hash(name: str) -> str:
@@ -46,6 +46,6 @@ def slugify(name: str, max_len: int = 63) -> str:
 
 def label_value(value: str) -> str:
     """A valid Kubernetes label value that only ``value`` maps to."""
-    if len(value) <= 63 and LABEL_VALUE.match(value) and _SEPARATOR not in value:
+    if len(value) <= 63 and LABEL_VALUE.fullmatch(value) and _SEPARATOR not in value:
         return value
     return slugify(value)

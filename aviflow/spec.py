@@ -14,23 +14,26 @@ and suggests the closest valid one, and wrong types are never coerced.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from aviflow._model import StrictModel, explain, storable_problems
+from aviflow._specdefs import GPUS_PER_HGX_NODE, MAX_NODES, MixedPrecision
 from aviflow._units import parse_duration, parse_quantity
 from aviflow.errors import SpecError
-from aviflow.names import LABEL_KEY_NAME, LABEL_VALUE, slugify
+from aviflow.names import LABEL_KEY_NAME, LABEL_VALUE, is_dns1123_label, slugify
 
-API_VERSION = "aviflow.dev/v1"
-KIND = "TrainJob"
-GPUS_PER_HGX_NODE = 8
-MAX_NODES = 512
+# libyaml's loader and dumper when PyYAML has them (same results, many times faster)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+API_VERSION: Final = "aviflow.dev/v1"
+KIND: Final = "TrainJob"
+Q = TypeVar("Q", bound=int | str | None)
 MAX_SCRIPT_BYTES = 1 << 20
 MAX_TIME_LIMIT = 30 * 86400
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -55,11 +58,7 @@ _MEMORY_MAX = 64 * 2**40
 _CPU_MAX = 1024
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
-
-
-class Metadata(_Strict):
+class Metadata(StrictModel):
     name: str = Field(
         description="Human name of the run; any text without slashes or control characters."
     )
@@ -85,17 +84,17 @@ class Metadata(_Strict):
             raise ValueError("at most 64 labels are allowed")
         for key, value in v.items():
             name = key.rsplit("/", 1)[-1]
-            if len(name) > 63 or not LABEL_KEY_NAME.match(name) or len(key) > 253:
+            if len(name) > 63 or not LABEL_KEY_NAME.fullmatch(name) or len(key) > 253:
                 raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-            if len(value) > 63 or not LABEL_VALUE.match(value):
+            if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
                 raise ValueError(
                     f"label {key}={value!r}: values are at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric"
                 )
         return v
 
 
-class AccelerateSpec(_Strict):
-    mixed_precision: Literal["no", "fp16", "bf16", "fp8"] = Field("no", alias="mixedPrecision")
+class AccelerateSpec(StrictModel):
+    mixed_precision: MixedPrecision = Field("no", alias="mixedPrecision")
     config_file: str | None = Field(
         None,
         alias="configFile",
@@ -103,11 +102,25 @@ class AccelerateSpec(_Strict):
     )
 
 
-class CheckpointSpec(_Strict):
+class CheckpointSpec(StrictModel):
     keep_last: int = Field(3, alias="keepLast", ge=1, le=1000)
 
 
-class TrainJobSpec(_Strict):
+class ResumeFrom(StrictModel):
+    """A checkpoint of another job to start from (``%%aviflow_train --resume``)."""
+
+    job: str = Field(description="Id of the job whose checkpoint to load, e.g. 'tiny-3f9a1c2b'.")
+    step: int = Field(ge=0, description="The checkpoint's step.")
+
+    @field_validator("job")
+    @classmethod
+    def _job(cls, v: str) -> str:
+        if not is_dns1123_label(v):
+            raise ValueError(f"{v!r} is not a job id (ids look like 'tiny-3f9a1c2b')")
+        return v
+
+
+class TrainJobSpec(StrictModel):
     queue: str = "default"
     nodes: int = 1
     gpus_per_node: int = Field(1, alias="gpusPerNode")
@@ -122,6 +135,11 @@ class TrainJobSpec(_Strict):
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(0, alias="maxRestarts", ge=0, le=100)
     time_limit: str | None = Field(None, alias="timeLimit")
+    resume_from: ResumeFrom | None = Field(
+        None,
+        alias="resumeFrom",
+        description="Start from this checkpoint of another job when the job has none of its own.",
+    )
 
     @field_validator("nodes")
     @classmethod
@@ -142,7 +160,7 @@ class TrainJobSpec(_Strict):
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        if len(v) > 63 or not _QUEUE.match(v):
+        if len(v) > 63 or not _QUEUE.fullmatch(v):
             raise ValueError(
                 f"{v!r} is not a queue name; use lowercase letters, digits and '-' (at most 63)"
             )
@@ -161,7 +179,7 @@ class TrainJobSpec(_Strict):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
-        if v is not None and not _IMAGE.match(v):
+        if v is not None and not _IMAGE.fullmatch(v):
             raise ValueError(
                 f"{v!r} is not an image reference, e.g. 'registry.example.com/trainer:1.0'"
             )
@@ -197,7 +215,7 @@ class TrainJobSpec(_Strict):
         if len(v) > 256:
             raise ValueError("at most 256 variables are allowed")
         for key, value in v.items():
-            if not _ENV_NAME.match(key):
+            if not _ENV_NAME.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
             if key in RESERVED_ENV or key.startswith("AVIFLOW_"):
                 raise ValueError(f"{key} is set by the Aviflow runtime and cannot be overridden")
@@ -245,7 +263,7 @@ class TrainJobSpec(_Strict):
         return None if self.time_limit is None else parse_duration(self.time_limit)
 
 
-def _quantity_at_most(value: Any, maximum: float, hint: str) -> Any:
+def _quantity_at_most(value: Q, maximum: float, hint: str) -> Q:
     """A Kubernetes quantity above zero and at most ``maximum``, kept as given."""
     if value is None:
         return value
@@ -269,7 +287,7 @@ def check_relative_path(key: str, path: str) -> None:
         )
 
 
-class TrainJob(_Strict):
+class TrainJob(StrictModel):
     api_version: Literal["aviflow.dev/v1"] = Field(API_VERSION, alias="apiVersion")
     kind: Literal["TrainJob"] = KIND
     metadata: Metadata
@@ -280,34 +298,44 @@ class TrainJob(_Strict):
     def from_dict(cls, data: Any) -> TrainJob:
         if not isinstance(data, dict):
             raise SpecError(f"a TrainJob must be a mapping, got {type(data).__name__}")
+        problems = storable_problems(data)
+        if problems:
+            raise SpecError(problems)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(_explain(exc)) from None
+            raise SpecError(explain(exc, TrainJob)) from None
 
     @classmethod
     def from_yaml(cls, text: str) -> TrainJob:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecError(f"not valid YAML: {exc}") from None
+            data = yaml.load(text, Loader=_LOADER)
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise SpecError(f"not valid YAML: {_first_line(exc)}") from None
         return cls.from_dict(data)
 
     @classmethod
     def from_json(cls, text: str) -> TrainJob:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"not valid JSON: {exc}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise SpecError(f"not valid JSON: {_first_line(exc)}") from None
         return cls.from_dict(data)
 
     @classmethod
     def load(cls, path: str | Path) -> TrainJob:
         path = Path(path)
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except OSError as exc:
             raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError(
+                f"{path} is not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r}); "
+                "save it as UTF-8"
+            ) from None
         return cls.from_json(text) if path.suffix == ".json" else cls.from_yaml(text)
 
     # -- serialisation --------------------------------------------------------------------------
@@ -315,7 +343,7 @@ class TrainJob(_Strict):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return yaml.dump(self.to_dict(), Dumper=_DUMPER, sort_keys=False)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -332,53 +360,6 @@ class TrainJob(_Strict):
         return slugify(self.metadata.name, max_len=40)
 
 
-# -- error messages -----------------------------------------------------------------------------
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = TrainJob
-    for part in loc:
-        if model is None:
-            return None
-        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
-        if field is None:
-            return None
-        ann = field.annotation
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-    return model
-
-
-def _keys(model: type[BaseModel]) -> list[str]:
-    return [f.alias or n for n, f in model.model_fields.items()]
-
-
-def _explain(exc: ValidationError) -> list[str]:
-    problems: list[str] = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(loc[:-1])
-            valid = _keys(parent) if parent else []
-            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = (
-                f"; did you mean '{close[0]}'?"
-                if close
-                else (f"; valid keys: {', '.join(valid)}" if valid else "")
-            )
-            problems.append(f"{where}: unknown key{hint}")
-        elif err["type"] == "missing":
-            problems.append(f"{where}: required key is missing")
-        elif err["type"] == "literal_error" and loc in {("apiVersion",), ("kind",)}:
-            problems.append(
-                f"{where}: must be {API_VERSION if loc == ('apiVersion',) else KIND!r}, got {err['input']!r}"
-            )
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            got = err.get("input")
-            plain = err["type"] == "value_error" or isinstance(got, dict | list) or got is None
-            shown = "" if plain else f" (got {got!r})"
-            if err["type"].endswith("_type"):
-                shown = f" (got {type(got).__name__} {got!r})"
-            problems.append(f"{where}: {msg}{shown}")
-    return problems
+def _first_line(exc: BaseException) -> str:
+    text = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+    return text.splitlines()[0][:200] if text else type(exc).__name__

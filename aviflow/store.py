@@ -1,21 +1,33 @@
 """The run store: one directory per job, written atomically, readable while the job runs.
 
-Layout of ``<root>/<job-id>/``::
+:class:`RunDir` owns every path inside a job's directory and :class:`RunStore` every path
+above it; no other module spells a file name of the store. The layout::
 
-    job.yaml          the validated TrainJob spec
-    meta.json         id, user, backend, submit time, code hash, origin (notebook/cell)
-    code/             the code snapshot + MANIFEST.json (sha256 per file, content hash)
-    events.jsonl      append-only lifecycle events (QUEUED, STARTING, RUNNING, RESTARTING, ...)
-    status.json       the latest state, rewritten atomically
-    logs/             node-<r>.log (launcher) and rank-<R>.log (each process)
-    failures/         rank-<R>.json, written by a rank that raised
-    heartbeats/       node-<r>.json, refreshed by each node's runtime
-    metrics.jsonl     one JSON object per logged step
-    checkpoints/      step-<N>/ directories, complete ones carry aviflow-checkpoint.json
+    <root>/<user>/<job-id>/          one user's (or one job's) directory can be mounted alone
+        job.yaml                     the validated TrainJob spec
+        meta.json                    JobMeta: id, name, user, team, submit time, code hash, origin
+        code/                        the code snapshot: MANIFEST.json (sha256 per file, content
+                                     hash), the entry point, vars.pkl, accelerate_config.yaml
+        events.jsonl                 append-only lifecycle Events (QUEUED, STARTING, RUNNING, ...)
+        status.json                  the latest JobStatus, rewritten atomically
+        logs/node-<n>.log            each node's launcher output
+        logs/rank-<r>.log            each process's output
+        failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised
+        heartbeats/node-<n>.json     refreshed by each node's runtime
+        metrics.jsonl                one MetricRow per logged step
+        checkpoints/step-<N>/        complete ones carry aviflow-checkpoint.json
+        supervisor.{lock,json,log}, processes.json, cancel-requested   (local backend only)
+    <root>/.ids/<job-id>             a link to ../<user>/<job-id>: reserves the id store-wide
+    <root>/.ids.jsonl                one line per created job, oldest first (listings read its end)
 
-Writers replace whole files with ``os.replace`` or append whole lines with one ``write``,
-so readers never see a torn file. Job ids are DNS-1123 labels, checked before any path
-is built from them, so no id can point outside the root.
+``<user>`` is the owner's name as a DNS-1123 label (:func:`aviflow.names.slugify`). Writers
+replace whole files with ``os.replace`` or append whole lines with one ``write``, so readers
+never see a torn file; readers skip a line they cannot parse rather than fail. Job ids are
+DNS-1123 labels, checked before any path is built from them, so no id points outside the root.
+
+Reads are incremental where files grow: :meth:`RunDir.events` and :meth:`RunDir.metrics`
+take a byte-offset cursor and return the cursor to continue from; :meth:`RunDir.log` reads a
+tail (from the end) or from an offset.
 """
 
 from __future__ import annotations
@@ -25,22 +37,57 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aviflow.errors import JobNotFound
-from aviflow.names import is_dns1123_label
-from aviflow.status import Event, JobState
+from aviflow.names import is_dns1123_label, slugify
+from aviflow.records import (
+    Batch,
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    JobStatus,
+    LogChunk,
+    MetricRow,
+)
 
 if TYPE_CHECKING:  # the spec (pydantic) is imported only where a spec is read or written,
     from aviflow.spec import TrainJob  # so every rank's wrapper starts fast
 
+T = TypeVar("T")
+ROOT_ENV = "AVIFLOW_ROOT"
 CHECKPOINT_MARKER = "aviflow-checkpoint.json"
+CHECKPOINT_PREFIX = "step-"
+CODE_DIR = "code"
+MANIFEST = "MANIFEST.json"
+VARS_FILE = "vars.pkl"
+INDEX_DIR = ".ids"
+INDEX_LOG = ".ids.jsonl"
+MAX_LOG_READ = 1 << 20  # bytes one log read returns at most
+MAX_TAIL_LINES = 100_000
+_CACHE_SIZE = 4096
+# A job's spec and meta are written once: parsed ones are kept per file (path, mtime, size).
+_parsed_cache: dict[tuple[str, int, int], Any] = {}
+
+
+def _cached(path: Path, parse: Callable[[bytes], T]) -> T:
+    st = os.stat(path)
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    found = _parsed_cache.get(key)
+    if found is None:
+        found = parse(path.read_bytes())
+        if len(_parsed_cache) >= _CACHE_SIZE:
+            _parsed_cache.pop(next(iter(_parsed_cache)))
+        _parsed_cache[key] = found
+    return found
 
 
 def default_root() -> Path:
-    env = os.environ.get("AVIFLOW_ROOT")
+    """``$AVIFLOW_ROOT``, else ``~/.aviflow/runs``."""
+    env = os.environ.get(ROOT_ENV)
     return Path(env).expanduser() if env else Path.home() / ".aviflow" / "runs"
 
 
@@ -65,54 +112,122 @@ def append_line(path: Path, obj: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def read_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """Complete JSON lines of ``path``; a line still being written is left out."""
+def read_lines(path: Path, since: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Complete JSON objects of ``path`` from byte ``since`` on, and the offset after the last
+    complete line. A line still being written is left for the next read; a line that is not
+    a JSON object is skipped."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            since = min(max(int(since), 0), os.fstat(f.fileno()).st_size)
+            f.seek(since)
+            data = f.read()
     except FileNotFoundError:
-        return
-    for raw in data.split(b"\n")[:-1]:
+        return [], max(int(since), 0)
+    end = data.rfind(b"\n") + 1
+    out = []
+    for raw in data[:end].split(b"\n"):
         if raw.strip():
-            yield json.loads(raw)
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out, since + end
 
 
 def read_json(path: Path, default: Any = None) -> Any:
+    """The JSON in ``path``; ``default`` if it is missing or unreadable."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+        return json.loads(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return default
 
 
-def scan_checkpoints(directory: Path) -> list[dict[str, Any]]:
+def _parsed(rows: list[dict[str, Any]], parse: Callable[[dict[str, Any]], T]) -> list[T]:
+    out = []
+    for row in rows:
+        try:
+            out.append(parse(row))
+        except (KeyError, TypeError, ValueError):
+            continue  # a record we cannot read is skipped, not fatal to the reader
+    return out
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{int(step):09d}"
+
+
+def scan_checkpoints(directory: Path, job_id: str) -> list[CheckpointRef]:
     """Complete checkpoints (sub-directories with a marker file) in ``directory``, oldest first."""
-    if not directory.is_dir():
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
         return []
     found = []
-    for d in directory.iterdir():
-        marker = read_json(d / CHECKPOINT_MARKER) if d.is_dir() else None
-        if marker:
-            found.append({**marker, "path": str(d)})
-    return sorted(found, key=lambda c: c["step"])
+    for entry in entries:
+        if not entry.name.startswith(CHECKPOINT_PREFIX) or not entry.is_dir():
+            continue
+        marker = read_json(Path(entry.path) / CHECKPOINT_MARKER)
+        if isinstance(marker, dict) and isinstance(marker.get("step"), int):
+            found.append(
+                CheckpointRef(
+                    job_id,
+                    marker["step"],
+                    time=marker.get("time"),
+                    attempt=marker.get("attempt"),
+                )
+            )
+    return sorted(found)
 
 
 class RunDir:
-    """Typed access to one job's directory."""
+    """Every path of one job's directory, and typed reads and writes of its records."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.id = path.name
+        self.path = Path(path)
+        self.id = self.path.name
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    # files
+    # -- paths -----------------------------------------------------------------------------------
+    @property
+    def store_root(self) -> Path:
+        """The root of the run store this directory sits in (``<root>/<user>/<job>``)."""
+        return self.path.parent.parent
+
     @property
     def spec_path(self) -> Path:
         return self.path / "job.yaml"
 
     @property
+    def meta_path(self) -> Path:
+        return self.path / "meta.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
     def code_dir(self) -> Path:
-        return self.path / "code"
+        return self.path / CODE_DIR
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.code_dir / MANIFEST
+
+    @property
+    def vars_path(self) -> Path:
+        return self.code_dir / VARS_FILE
 
     @property
     def logs_dir(self) -> Path:
@@ -127,16 +242,28 @@ class RunDir:
         return self.path / "heartbeats"
 
     @property
-    def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
-
-    @property
     def checkpoints_dir(self) -> Path:
         return self.path / "checkpoints"
 
     @property
-    def events_path(self) -> Path:
-        return self.path / "events.jsonl"
+    def supervisor_lock(self) -> Path:
+        return self.path / "supervisor.lock"
+
+    @property
+    def supervisor_info(self) -> Path:
+        return self.path / "supervisor.json"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+    @property
+    def processes_path(self) -> Path:
+        return self.path / "processes.json"
+
+    @property
+    def cancel_request(self) -> Path:
+        return self.path / "cancel-requested"
 
     def rank_log(self, rank: int) -> Path:
         return self.logs_dir / f"rank-{int(rank)}.log"
@@ -144,105 +271,349 @@ class RunDir:
     def node_log(self, node: int) -> Path:
         return self.logs_dir / f"node-{int(node)}.log"
 
-    # content
-    def spec(self) -> TrainJob:
-        from aviflow.spec import TrainJob
-
-        return TrainJob.from_yaml(self.spec_path.read_text())
-
-    def meta(self) -> dict[str, Any]:
-        return read_json(self.path / "meta.json", {})
-
-    def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.path / "meta.json", json.dumps(meta, indent=2))
-
-    def status(self) -> dict[str, Any]:
-        return read_json(self.path / "status.json", {})
-
-    def write_status(self, status: dict[str, Any]) -> None:
-        atomic_write(self.path / "status.json", json.dumps(status, indent=2))
-
-    def state(self) -> JobState:
-        return JobState(self.status().get("state", JobState.QUEUED))
-
-    def record(self, event: Event, **status: Any) -> None:
-        """Append ``event``; if it is a state, also rewrite status.json with ``status`` merged in."""
-        append_line(self.events_path, event.to_dict())
-        if event.type in JobState.__members__:
-            current = self.status()
-            current.update(status, state=event.type, attempt=event.attempt, updated=event.time)
-            if event.message:
-                current["message"] = event.message
-            self.write_status(current)
-
-    def events(self) -> list[Event]:
-        return [Event.from_dict(d) for d in read_lines(self.events_path)]
-
-    def metrics(self) -> list[dict[str, Any]]:
-        return list(read_lines(self.metrics_path))
-
-    def ranks(self) -> list[int]:
-        if not self.logs_dir.is_dir():
-            return []
-        return sorted(int(p.stem.split("-")[1]) for p in self.logs_dir.glob("rank-*.log"))
-
-    def failures(self, attempt: int | None = None) -> list[dict[str, Any]]:
-        """Failure records of ranks that raised (of one attempt, or all), earliest first."""
-        if not self.failures_dir.is_dir():
-            return []
-        records = [read_json(p) for p in self.failures_dir.glob("*.json")]
-        return sorted(
-            (r for r in records if r and (attempt is None or r.get("attempt") == attempt)),
-            key=lambda r: r["time"],
-        )
-
     def failure_path(self, attempt: int, rank: int) -> Path:
         return self.failures_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
 
-    def checkpoints(self) -> list[dict[str, Any]]:
-        """Complete checkpoints, oldest first: ``{"step", "path", "time", "attempt"}``."""
-        return scan_checkpoints(self.checkpoints_dir)
+    def heartbeat_path(self, node: int) -> Path:
+        return self.heartbeats_dir / f"node-{int(node)}.json"
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints_dir / checkpoint_name(step)
+
+    def checkpoint_staging(self, step: int) -> Path:
+        """Where a checkpoint is written before it becomes complete."""
+        return self.checkpoints_dir / f".{checkpoint_name(step)}.partial"
+
+    # -- records ---------------------------------------------------------------------------------
+    def spec(self) -> TrainJob:
+        from aviflow.spec import TrainJob
+
+        try:
+            return _cached(self.spec_path, lambda raw: TrainJob.from_yaml(raw.decode()))
+        except FileNotFoundError:
+            raise JobNotFound(f"job {self.id!r} has no job.yaml in {self.path}") from None
+
+    def meta(self) -> JobMeta:
+        def parse(raw: bytes) -> JobMeta:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+            return JobMeta.from_dict(data)
+
+        try:
+            return _cached(self.meta_path, parse)
+        except (OSError, ValueError, KeyError, TypeError):
+            raise JobNotFound(f"job {self.id!r} has no readable meta.json in {self.path}") from None
+
+    def status(self) -> JobStatus:
+        data = read_json(self.status_path, {})
+        return JobStatus.from_dict(data if isinstance(data, dict) else {})
+
+    def write_status(self, status: JobStatus) -> None:
+        atomic_write(self.status_path, json.dumps(status.to_dict(), indent=2))
+
+    def append_event(self, event: Event) -> None:
+        append_line(self.events_path, event.to_dict())
+
+    def record(self, events: list[Event], status: JobStatus) -> None:
+        """Append ``events``, then rewrite the status they lead to (events first: a reader that
+        sees the new status finds its events)."""
+        for event in events:
+            self.append_event(event)
+        self.write_status(status)
+
+    def events(self, since: int = 0) -> Batch[Event]:
+        rows, end = read_lines(self.events_path, since)
+        return Batch(_parsed(rows, Event.from_dict), end)
+
+    def metrics(self, since: int = 0) -> Batch[MetricRow]:
+        rows, end = read_lines(self.metrics_path, since)
+        return Batch(_parsed(rows, MetricRow.from_dict), end)
+
+    def append_metric(self, row: MetricRow) -> None:
+        append_line(self.metrics_path, row.to_dict())
+
+    def ranks(self) -> list[int]:
+        try:
+            names = os.listdir(self.logs_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        for name in names:
+            stem, _, rest = name.partition("-")
+            number = rest.removesuffix(".log")
+            if stem == "rank" and rest.endswith(".log") and number.isdigit():
+                found.append(int(number))
+        return sorted(found)
+
+    def log(
+        self,
+        rank: int,
+        *,
+        tail: int | None = None,
+        offset: int | None = None,
+        limit: int = MAX_LOG_READ,
+    ) -> LogChunk:
+        """Rank ``rank``'s log: its last ``tail`` lines, or what follows byte ``offset`` (at
+        most ``limit`` bytes, ending on a whole character), or the whole file (at most
+        ``limit`` bytes, from its end)."""
+        return read_log(self.rank_log(rank), rank, tail=tail, offset=offset, limit=limit)
+
+    def failures(self, attempt: int | None = None) -> list[FailureInfo]:
+        """Failure records of ranks that raised (of one attempt, or all), earliest first."""
+        try:
+            names = sorted(os.listdir(self.failures_dir))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        prefix = f"attempt-{int(attempt)}-" if attempt is not None else "attempt-"
+        rows = [
+            read_json(self.failures_dir / n)
+            for n in names
+            if n.startswith(prefix) and n.endswith(".json")
+        ]
+        records = _parsed([r for r in rows if isinstance(r, dict)], FailureInfo.from_dict)
+        return sorted(records, key=lambda r: (r.time or 0.0, r.rank or 0))
+
+    def write_failure(self, record: FailureInfo) -> None:
+        assert record.rank is not None
+        atomic_write(
+            self.failure_path(record.attempt, record.rank), json.dumps(record.to_dict(), indent=2)
+        )
+
+    def checkpoints(self) -> list[CheckpointRef]:
+        """Complete checkpoints, oldest first."""
+        return scan_checkpoints(self.checkpoints_dir, self.id)
+
+    def heartbeat(self, node: int) -> dict[str, Any]:
+        data = read_json(self.heartbeat_path(node), {})
+        return data if isinstance(data, dict) else {}
+
+    def write_heartbeat(self, node: int, beat: dict[str, Any]) -> None:
+        atomic_write(self.heartbeat_path(node), json.dumps(beat))
+
+
+def read_log(
+    path: Path,
+    rank: int,
+    *,
+    tail: int | None = None,
+    offset: int | None = None,
+    limit: int = MAX_LOG_READ,
+) -> LogChunk:
+    """See :meth:`RunDir.log`. Reads cost the bytes returned, not the size of the file."""
+    if tail is not None and offset is not None:
+        raise ValueError("give tail or offset, not both")
+    if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
+        raise ValueError(f"tail must be between 0 and {MAX_TAIL_LINES} lines")
+    if offset is not None and offset < 0:
+        raise ValueError("offset must be >= 0")
+    try:
+        f = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return LogChunk(rank, "", 0, 0, 0)
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if offset is not None:
+            start = min(offset, size)
+            f.seek(start)
+            data = f.read(min(limit, size - start))
+            data = data[: _whole_characters(data)]
+            return LogChunk(rank, data.decode("utf-8", "replace"), start, start + len(data), size)
+        if tail == 0:
+            return LogChunk(rank, "", size, size, size)
+        start, data = _tail_bytes(f, size, tail, limit)
+        return LogChunk(rank, data.decode("utf-8", "replace"), start, size, size)
+
+
+def _whole_characters(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: is its sequence complete?
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
+def _tail_bytes(f: Any, size: int, lines: int | None, limit: int) -> tuple[int, bytes]:
+    """(start offset, bytes) of the last ``lines`` lines (all when None), at most ``limit``
+    bytes, read backwards from the end in blocks."""
+    end, buf = size, b""
+    while end > 0 and len(buf) <= limit:
+        start = max(0, end - 8192)
+        f.seek(start)
+        buf = f.read(end - start) + buf
+        end = start
+        if lines is not None and buf.count(b"\n", 0, max(len(buf) - 1, 0)) >= lines:
+            break
+    begin = end  # the file offset of buf[0]
+    if lines is not None:
+        body = buf[:-1] if buf.endswith(b"\n") else buf
+        cut = len(body)
+        for _ in range(lines):
+            cut = body.rfind(b"\n", 0, cut)
+            if cut < 0:
+                break
+        if cut >= 0:
+            begin, buf = begin + cut + 1, buf[cut + 1 :]
+    if len(buf) > limit:
+        drop = len(buf) - limit
+        newline = buf.find(b"\n", drop)
+        if 0 <= newline < len(buf) - 1:
+            drop = newline + 1
+        begin, buf = begin + drop, buf[drop:]
+    return begin, buf
 
 
 class RunStore:
-    """All jobs under one root directory."""
+    """All jobs under one root directory (the layout is in the module docstring)."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_root()
+        self._found: dict[str, Path] = {}
 
-    def path_for(self, job_id: str) -> Path:
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.root)!r})"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / INDEX_DIR
+
+    def file(self, name: str) -> Path:
+        """A file of the store itself (``queues.json``, ``.queue.lock``)."""
+        return self.root / name
+
+    def user_dir(self, user: str) -> Path:
+        return self.root / slugify(user)
+
+    @staticmethod
+    def check_id(job_id: object) -> str:
         if not isinstance(job_id, str) or not is_dns1123_label(job_id):
-            raise JobNotFound(f"{job_id!r} is not a job id (ids look like 'tiny-3f9a1c2b')")
-        return self.root / job_id
+            raise JobNotFound(f"{short_id(job_id)} is not a job id (ids look like 'tiny-3f9a1c2b')")
+        return job_id
+
+    def locate(self, job_id: str) -> Path | None:
+        """The directory of ``job_id`` if it is complete (has its spec), else None."""
+        self.check_id(job_id)
+        cached = self._found.get(job_id)
+        if cached is not None and (cached / "job.yaml").is_file():
+            return cached
+        link = self.index_dir / job_id
+        candidates: list[Path] = []
+        try:
+            candidates.append(self.root / os.readlink(link).removeprefix("../"))
+        except OSError:  # no index here (a mount of one user's or job's directory): search
+            try:
+                candidates += [Path(e.path) / job_id for e in os.scandir(self.root) if _is_home(e)]
+            except OSError:
+                return None
+        for path in candidates:
+            if (path / "job.yaml").is_file() and path.parent.parent == self.root:
+                self._found[job_id] = path
+                return path
+        return None
 
     def get(self, job_id: str) -> RunDir:
-        path = self.path_for(job_id)
-        if not (path / "job.yaml").is_file():
+        path = self.locate(job_id)
+        if path is None:
             raise JobNotFound(
                 f"no job {job_id!r} in {self.root}; `aviflow ls` lists the jobs there"
             )
         return RunDir(path)
 
-    def ids(self, exclude: Container[str] = ()) -> list[str]:
-        """Job ids, oldest submission first (``exclude``: ids to leave out unread)."""
-        if not self.root.is_dir():
-            return []
-        runs = []
-        for p in self.root.iterdir():
-            if p.name in exclude or not is_dns1123_label(p.name):
-                continue
-            if (p / "job.yaml").is_file():
-                runs.append((RunDir(p).meta().get("submitted_ns", 0), p.name))
-        return [name for _, name in sorted(runs)]
+    @property
+    def index_log(self) -> Path:
+        return self.root / INDEX_LOG
 
-    def create(self, job: TrainJob, files: dict[str, bytes], meta: dict[str, Any]) -> RunDir:
+    def ids(self, newest: int | None = None) -> list[str]:
+        """Job ids, oldest submission first; with ``newest``, only the newest N of them (read
+        from the end of the index: the cost does not grow with the number of jobs)."""
+        if newest is not None and newest <= 0:
+            return []
+        if not self.index_log.exists():
+            return self._scan_ids(newest)
+        found: list[str] = []
+        lines = None if newest is None else 2 * newest + 8
+        while True:
+            rows = list(dict.fromkeys(self._index_rows(lines)))  # each id once, in order
+            found = []
+            for job_id in reversed(rows):
+                if self.locate(job_id) is not None:
+                    found.append(job_id)
+                    if newest is not None and len(found) >= newest:
+                        break
+            if newest is None or len(found) >= newest or lines is None or len(rows) < lines:
+                return list(reversed(found))
+            lines *= 4  # removed jobs at the end of the index: read further back
+
+    def _index_rows(self, lines: int | None) -> list[str]:
+        if lines is None:
+            rows, _ = read_lines(self.index_log)
+        else:
+            with open(self.index_log, "rb") as f:
+                _, data = _tail_bytes(f, os.fstat(f.fileno()).st_size, lines, 1 << 30)
+            rows = []
+            for raw in data.splitlines():
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    rows.append(obj)
+        return [str(r["id"]) for r in rows if is_dns1123_label(str(r.get("id", "")))]
+
+    def _scan_ids(self, newest: int | None) -> list[str]:
+        """Without an index (one user's directory mounted alone): every job, by submit time."""
+        found: list[tuple[float, str]] = []
+        try:
+            users = [Path(e.path) for e in os.scandir(self.root) if _is_home(e)]
+        except OSError:
+            return []
+        for home in users:
+            for entry in os.scandir(home):
+                if is_dns1123_label(entry.name) and (Path(entry.path) / "job.yaml").is_file():
+                    try:
+                        found.append((RunDir(Path(entry.path)).meta().submitted, entry.name))
+                    except JobNotFound:
+                        continue
+        ids = [job_id for _, job_id in sorted(found)]
+        return ids if newest is None else ids[-newest:]
+
+    def run_dirs(self) -> Iterator[RunDir]:
+        for job_id in self.ids():
+            path = self.locate(job_id)
+            if path is not None:
+                yield RunDir(path)
+
+    def checkpoint_path(self, ref: CheckpointRef) -> Path:
+        """Where ``ref`` is in this store (as this reader mounts it)."""
+        path = self.get(ref.job_id).checkpoint_dir(ref.step)
+        if not (path / CHECKPOINT_MARKER).is_file():
+            raise JobNotFound(f"job {ref.job_id!r} has no complete checkpoint at step {ref.step}")
+        return path
+
+    def create(
+        self,
+        job: TrainJob,
+        files: dict[str, bytes],
+        user: str,
+        *,
+        team: str | None = None,
+        backend: str = "",
+        code_hash: str = "",
+        origin: dict[str, Any] | None = None,
+    ) -> RunDir:
         """Write a new job directory whole, then move it into place under a fresh unique id.
 
         ``files`` maps paths relative to the job directory to their content. The directory
         only appears under the root when complete; a failure leaves nothing behind.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(os.path.realpath(self.root)) / f".staging-{secrets.token_hex(8)}"
+        home = self.user_dir(user)
+        home.mkdir(parents=True, exist_ok=True)
+        self.index_dir.mkdir(exist_ok=True)
+        staging = Path(os.path.realpath(home)) / f".staging-{secrets.token_hex(8)}"
         staging.mkdir()
         try:
             for rel, content in files.items():
@@ -254,23 +625,45 @@ class RunStore:
             (staging / "job.yaml").write_text(job.to_yaml())
             for sub in ("logs", "failures", "heartbeats", "checkpoints"):
                 (staging / sub).mkdir()
-            while True:
-                job_id = f"{job.slug}-{secrets.token_hex(4)}"
-                meta = {
-                    **meta,
-                    "id": job_id,
-                    "name": job.metadata.name,
-                    "submitted": time.time(),
-                    "submitted_ns": time.time_ns(),
-                }
-                (staging / "meta.json").write_text(json.dumps(meta, indent=2))
-                try:
-                    os.rename(staging, self.root / job_id)  # fails if the id is taken
-                    break
-                except OSError:
-                    if not (self.root / job_id).exists():
-                        raise
-            return RunDir(self.root / job_id)
+            job_id = self._reserve_id(job.slug, home.name)
+            meta = JobMeta(
+                id=job_id,
+                name=job.metadata.name,
+                user=user,
+                team=team,
+                submitted=time.time(),
+                backend=backend,
+                code_hash=code_hash,
+                origin=dict(origin or {}),
+            )
+            (staging / "meta.json").write_text(json.dumps(meta.to_dict(), indent=2))
+            try:
+                os.rename(staging, home / job_id)
+            except BaseException:
+                (self.index_dir / job_id).unlink(missing_ok=True)
+                raise
+            append_line(self.index_log, {"id": job_id, "user": home.name, "time": meta.submitted})
+            self._found[job_id] = home / job_id
+            return RunDir(home / job_id)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+
+    def _reserve_id(self, slug: str, user_dir: str) -> str:
+        while True:
+            job_id = f"{slug}-{secrets.token_hex(4)}"
+            try:
+                os.symlink(f"../{user_dir}/{job_id}", self.index_dir / job_id)
+                return job_id
+            except FileExistsError:
+                continue
+
+
+def _is_home(entry: os.DirEntry[str]) -> bool:
+    """A user's directory (not the index, a staging area or a file)."""
+    return is_dns1123_label(entry.name) and entry.is_dir()
+
+
+def short_id(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 70 else text[:67] + "..."

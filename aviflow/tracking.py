@@ -1,8 +1,8 @@
 """The training-side API: metrics and checkpoints from inside a job (or a notebook).
 
-Inside a job the runtime sets ``AVIFLOW_RUN_DIR``; outside one, everything writes to a
-local run directory (``$AVIFLOW_RUN_DIR`` or ``./.aviflow/run``), so a script can be tried
-in a notebook first::
+Inside a job its :class:`~aviflow.runtime.env.RuntimeEnv` names the run directory;
+outside one, everything writes to ``./.aviflow/run``, so a script can be tried in a
+notebook first::
 
     accelerator = Accelerator(log_with=aviflow.tracker())
     start = (aviflow.resume(accelerator) or 0) + 1
@@ -26,37 +26,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aviflow.store import (
-    CHECKPOINT_MARKER,
-    RunDir,
-    append_line,
-    atomic_write,
-    read_json,
-    scan_checkpoints,
-)
+from aviflow.records import CheckpointRef, MetricRow
+from aviflow.runtime.env import RuntimeEnv, process_rank
+from aviflow.store import CHECKPOINT_MARKER, RunDir, RunStore, atomic_write
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
     from accelerate.tracking import GeneralTracker
 
-_CHECKPOINT_PREFIX = "step-"
-# A job started from another job's checkpoint (``%%aviflow_train --resume``) ships
-# ``code/init-checkpoint.json`` = {"path": ..., "step": ..., "job": ...}.
-INIT_CHECKPOINT_FILE = "init-checkpoint.json"
-
 
 def run_dir() -> RunDir:
     """This job's run directory (or the local one outside a job)."""
-    path = Path(os.environ.get("AVIFLOW_RUN_DIR") or Path.cwd() / ".aviflow" / "run")
-    return RunDir(path)
-
-
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _attempt() -> int:
-    return int(os.environ.get("AVIFLOW_ATTEMPT", "1"))
+    return RunDir(RuntimeEnv.current().run_dir)
 
 
 def _number(value: Any) -> Any:
@@ -79,17 +60,18 @@ def log(values: dict[str, Any], step: int) -> None:
         raise TypeError("aviflow.log: values must be a non-empty dict, e.g. {'loss': 0.5}")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TypeError(f"aviflow.log: step must be a non-negative int, got {step!r}")
-    if _rank() != 0:
+    if process_rank() != 0:
         return
-    row = {
-        "step": step,
-        "time": time.time(),
-        "attempt": _attempt(),
-        "values": {str(k): _number(v) for k, v in values.items()},
-    }
-    path = run_dir().metrics_path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    append_line(path, row)
+    node = RuntimeEnv.current()
+    row = MetricRow(
+        step=step,
+        time=time.time(),
+        attempt=node.attempt,
+        values={str(k): _number(v) for k, v in values.items()},
+    )
+    run = RunDir(node.run_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.append_metric(row)
 
 
 def tracker() -> GeneralTracker:
@@ -101,31 +83,29 @@ def tracker() -> GeneralTracker:
 
 def checkpoint_dir() -> Path:
     """Where this job's checkpoints live (created if missing)."""
-    path = Path(os.environ.get("AVIFLOW_CHECKPOINT_DIR") or run_dir().checkpoints_dir)
+    path = run_dir().checkpoints_dir
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _keep_last() -> int:
-    return int(os.environ.get("AVIFLOW_KEEP_LAST", "3"))
-
-
-def checkpoints() -> list[dict[str, Any]]:
+def checkpoints() -> list[CheckpointRef]:
     """Complete checkpoints of this run, oldest first."""
-    return scan_checkpoints(checkpoint_dir())
+    return run_dir().checkpoints()
 
 
 def save_checkpoint(accelerator: Accelerator, step: int) -> Path:
-    """``accelerator.save_state`` into ``checkpoints/step-<N>``; keeps the last K (spec).
+    """``accelerator.save_state`` into this job's checkpoint for ``step``; keeps the last K
+    (``spec.checkpoints.keepLast``).
 
     Call it on every process. The directory only counts as a checkpoint once every
     process has written its part and the main process has added the marker file.
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TypeError(f"aviflow.save_checkpoint: step must be a non-negative int, got {step!r}")
-    root = checkpoint_dir()
-    final = root / f"{_CHECKPOINT_PREFIX}{step:09d}"
-    staging = root / f".{final.name}.partial"
+    node = RuntimeEnv.current()
+    run = RunDir(node.run_dir)
+    run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final, staging = run.checkpoint_dir(step), run.checkpoint_staging(step)
     if accelerator.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
     accelerator.wait_for_everyone()
@@ -134,24 +114,35 @@ def save_checkpoint(accelerator: Accelerator, step: int) -> Path:
     if accelerator.is_main_process:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)
-        marker = {"step": step, "time": time.time(), "attempt": _attempt()}
+        marker = {"step": step, "time": time.time(), "attempt": node.attempt}
         atomic_write(final / CHECKPOINT_MARKER, json.dumps(marker))
-        complete = checkpoints()
-        for old in complete[: max(0, len(complete) - _keep_last())]:
-            shutil.rmtree(old["path"], ignore_errors=True)
+        complete = run.checkpoints()
+        for old in complete[: max(0, len(complete) - node.keep_last)]:
+            shutil.rmtree(run.checkpoint_dir(old.step), ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 
 
-def latest_checkpoint() -> dict[str, Any] | None:
+def latest_checkpoint() -> CheckpointRef | None:
     found = checkpoints()
     return found[-1] if found else None
 
 
-def init_checkpoint() -> dict[str, Any] | None:
-    """The checkpoint this job was asked to start from (another job's), if any."""
-    record = read_json(run_dir().code_dir / INIT_CHECKPOINT_FILE)
-    return record if isinstance(record, dict) and record.get("path") else None
+def init_checkpoint() -> CheckpointRef | None:
+    """The checkpoint of another job this job was asked to start from (``spec.resumeFrom``)."""
+    run = run_dir()
+    if not run.spec_path.is_file():
+        return None  # outside a job
+    start = run.spec().spec.resume_from
+    return CheckpointRef(start.job, start.step) if start is not None else None
+
+
+def checkpoint_path(ref: CheckpointRef) -> Path:
+    """Where ``ref`` is as this process sees the run store."""
+    run = run_dir()
+    if ref.job_id == run.id:
+        return run.checkpoint_dir(ref.step)
+    return RunStore(run.store_root).checkpoint_path(ref)
 
 
 def resume(accelerator: Accelerator) -> int | None:
@@ -163,5 +154,5 @@ def resume(accelerator: Accelerator) -> int | None:
     latest = latest_checkpoint() or init_checkpoint()
     if latest is None:
         return None
-    accelerator.load_state(latest["path"])
-    return int(latest["step"])
+    accelerator.load_state(str(checkpoint_path(latest)))
+    return latest.step

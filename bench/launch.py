@@ -24,6 +24,7 @@ from pathlib import Path
 
 import aviflow
 from aviflow.backends.local import LocalBackend
+from aviflow.runtime.env import RuntimeEnv
 
 SCRIPT = Path(__file__).with_name("_train_step.py")
 NODES, PROCS = 2, 2
@@ -46,7 +47,8 @@ def _wait_for(path: Path, timeout: float = 600) -> float:
 
 def bare_launch(env_extra: dict[str, str], run_dir: Path) -> list[subprocess.Popen[bytes]]:
     port = _port()
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "AVIFLOW_RUN_DIR": str(run_dir), **env_extra}
+    runtime = RuntimeEnv(run_dir=run_dir).to_env()  # what the training-side API reads
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", **runtime, **env_extra}
     procs = []
     for rank in range(NODES):
         argv = [

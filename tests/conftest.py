@@ -30,7 +30,6 @@ import pytest
 
 from aviflow import _procs
 from aviflow.backends.local import LocalBackend
-from aviflow.status import JobState
 
 # The real control plane (tests/cluster): `k8s_cluster` and `k8s_namespace` for every layer.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
@@ -59,7 +58,7 @@ def _stop_jobs(root: Path) -> list[str]:
     backend = LocalBackend(root=root, capacity=1)
     stray = []
     for job_id in backend.list_ids():
-        if not JobState(backend.status(job_id)["state"]).is_finished():
+        if not backend.run_dir(job_id).status().state.is_finished():
             backend.cancel(job_id)
         if _procs.tagged(job_id):
             stray.append(job_id)

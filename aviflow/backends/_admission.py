@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Waiting:
-    """A queued job: id, queue, GPU slots it needs (nodes x gpusPerNode)."""
+    """A queued job: id, queue, GPU slots it needs (nodes x gpusPerNode), its owner."""
 
     id: str
     queue: str
     gpus: int
+    user: str = ""
 
 
 @dataclass(frozen=True)

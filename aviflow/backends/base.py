@@ -1,75 +1,181 @@
-"""The backend interface.
+"""The backend interface: every method a backend may implement, declared with its default.
 
 A backend turns a validated :class:`~aviflow.spec.TrainJob` plus its code bundle into a
-running job and answers questions about it. Override exactly these:
+running job and answers questions about it, in typed records
+(:mod:`aviflow.records`). As with JupyterHub's ``Spawner``, the base class documents the
+whole set:
 
-``submit(job, bundle) -> id``, ``status(id) -> dict``, ``cancel(id)``, ``list_ids()``,
-``run_dir(id)`` (where its run-store record is readable).
+Required (abstract)
+    ``submit(job, bundle, owner) -> id``, ``status(id) -> JobStatus`` (a plain read: it never
+    changes anything), ``cancel(id) -> bool``, ``list_ids()``, and the reads ``spec``,
+    ``meta``, ``events(id, since=)``, ``metrics(id, since=, after_step=)``, ``ranks``,
+    ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends with a run
+    store get the reads from :class:`~aviflow.backends._store.StoreReads`.
+Optional (defaults here)
+    ``from_config(section)`` (build from one config section: the hub's ``api.<name>``, later
+    the Helm values), ``start()`` / ``stop()`` (a backend-owned controller or watcher),
+    ``reconcile(ids)`` (record what only the backend can notice, e.g. a dead supervisor),
+    ``summaries(limit)`` (one record per job for list views), ``quota(queue)`` and
+    ``queues()``, ``render(job)`` (the manifests or argv it would create),
+    ``checkpoint_path(ref)`` (where a checkpoint is on this machine), ``changes(done)``
+    (the change feed the hub's ledger follows).
 
-Reads (events, logs, metrics, checkpoints, spec) go through the run store by default; a
-backend without a readable run store (the hub client) overrides them too.
+Incremental reads take the cursor the previous read returned (``Batch.next``,
+``LogChunk.next``), so a reader pays for what changed, not for the job's history.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from aviflow.attempts import summarize
 from aviflow.bundle import CodeBundle
+from aviflow.errors import AviflowError, BackendError
+from aviflow.records import (
+    Batch,
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    JobStatus,
+    JobSummary,
+    LogChunk,
+    MetricRow,
+    Owner,
+    QueueQuota,
+)
 from aviflow.spec import TrainJob
-from aviflow.status import Event
-from aviflow.store import RunDir
+
+if TYPE_CHECKING:
+    from aviflow.backends._feed import ChangeFeed
 
 
 class Backend(ABC):
+    """Base class of job backends; see the module docstring for the contract."""
+
     name: ClassVar[str]
 
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | None = None) -> Backend:
+        """A backend built from its configuration section (keys are constructor arguments)."""
+        try:
+            return cls(**dict(section or {}))
+        except TypeError as exc:
+            raise BackendError(f"bad settings for the {cls.name!r} backend: {exc}") from None
+
+    def start(self) -> None:
+        """Start what this backend runs in the background (default: nothing)."""
+        return None
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started (default: nothing)."""
+        return None
+
+    # -- required --------------------------------------------------------------------------------
     @abstractmethod
-    def submit(self, job: TrainJob, bundle: CodeBundle) -> str:
-        """Record and start (or queue) the job; return its id. Raise before writing anything
-        when the job can never run here."""
+    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+        """Record and start (or queue) the job for ``owner`` (default: this process's user);
+        return its id. Raise before writing anything when the job can never run here."""
 
     @abstractmethod
-    def status(self, job_id: str) -> dict[str, Any]:
-        """The job's status record: at least ``state`` and ``attempt``."""
+    def status(self, job_id: str) -> JobStatus:
+        """The job's status. A plain read: nothing is written or reconciled."""
 
     @abstractmethod
     def cancel(self, job_id: str) -> bool:
         """Stop the job and every process or object it has; False if it had already finished."""
 
     @abstractmethod
-    def list_ids(self) -> list[str]:
-        """Ids of the jobs this backend knows, oldest first."""
+    def list_ids(self, newest: int | None = None) -> list[str]:
+        """Ids of the jobs this backend knows, oldest first (only the newest N if given)."""
 
     @abstractmethod
-    def run_dir(self, job_id: str) -> RunDir:
-        """The job's run-store directory."""
+    def spec(self, job_id: str) -> TrainJob: ...
 
-    # -- reads through the run store ------------------------------------------------------------
-    def spec(self, job_id: str) -> TrainJob:
-        return self.run_dir(job_id).spec()
+    @abstractmethod
+    def meta(self, job_id: str) -> JobMeta: ...
 
-    def meta(self, job_id: str) -> dict[str, Any]:
-        return self.run_dir(job_id).meta()
+    @abstractmethod
+    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
+        """Events after cursor ``since`` (0: all), and the cursor to continue from."""
 
-    def events(self, job_id: str) -> list[Event]:
-        return self.run_dir(job_id).events()
+    @abstractmethod
+    def metrics(
+        self, job_id: str, since: int = 0, after_step: int | None = None
+    ) -> Batch[MetricRow]:
+        """Metric rows after cursor ``since``, only those past ``after_step`` if given."""
 
-    def metrics(self, job_id: str) -> list[dict[str, Any]]:
-        return self.run_dir(job_id).metrics()
-
-    def checkpoints(self, job_id: str) -> list[dict[str, Any]]:
-        return self.run_dir(job_id).checkpoints()
-
-    def failures(self, job_id: str) -> list[dict[str, Any]]:
-        return self.run_dir(job_id).failures()
-
+    @abstractmethod
     def ranks(self, job_id: str) -> list[int]:
-        return self.run_dir(job_id).ranks()
+        """Ranks that have a log."""
 
-    def log_text(self, job_id: str, rank: int) -> str:
-        path = self.run_dir(job_id).rank_log(rank)
-        try:
-            return path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+    @abstractmethod
+    def log(
+        self, job_id: str, rank: int, *, tail: int | None = None, offset: int | None = None
+    ) -> LogChunk:
+        """Rank ``rank``'s log: the last ``tail`` lines, or from byte ``offset`` on."""
+
+    @abstractmethod
+    def checkpoints(self, job_id: str) -> list[CheckpointRef]:
+        """Complete checkpoints, oldest first."""
+
+    @abstractmethod
+    def failures(self, job_id: str) -> list[FailureInfo]:
+        """Failure records of ranks that raised, earliest first."""
+
+    # -- optional --------------------------------------------------------------------------------
+    def reconcile(self, job_ids: Iterable[str] | None = None) -> list[str]:
+        """Record what only this backend can notice (default: nothing); the ids it changed."""
+        return []
+
+    def summaries(self, limit: int | None = None) -> list[JobSummary]:
+        """One summary per job, newest first (at most ``limit``). Jobs that cannot be read
+        are left out, so one broken job never breaks a listing."""
+        ids = list(reversed(self.list_ids(None if limit is None else limit + 16)))
+        out: list[JobSummary] = []
+        now = time.time()
+        for job_id in ids:
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                out.append(
+                    summarize(
+                        self.meta(job_id),
+                        self.spec(job_id),
+                        self.status(job_id),
+                        self.events(job_id).items,
+                        now,
+                    )
+                )
+            except (AviflowError, OSError, ValueError, KeyError):
+                continue
+        return out
+
+    def quota(self, queue: str) -> QueueQuota | None:
+        """The queue's GPU quota and use, if this backend knows them (default: None)."""
+        return None
+
+    def queues(self) -> list[QueueQuota]:
+        """Every queue with a quota this backend knows (default: none)."""
+        return []
+
+    def render(self, job: TrainJob) -> list[dict[str, Any]] | None:
+        """The objects (or argv) submitting ``job`` would create, if the backend can tell."""
+        return None
+
+    def checkpoint_path(self, ref: CheckpointRef) -> Path:
+        """Where ``ref`` is on this machine (for ``accelerator.load_state``)."""
+        raise BackendError(
+            f"checkpoints of the {self.name!r} backend are not readable on this machine"
+        )
+
+    def changes(self, done: Iterable[str] = ()) -> ChangeFeed:
+        """A feed of what changes in this backend's jobs (``done``: ids already final to the
+        reader, never read again). Default: polls the reads above."""
+        from aviflow.backends._feed import PollingFeed
+
+        return PollingFeed(self, done)

@@ -1,11 +1,16 @@
 """``LocalBackend``: every node of a job is a process group on this machine.
 
-Jobs are started detached (a supervisor process per job, see :mod:`._supervisor`), so they
-outlive the kernel or CLI that submitted them. A FIFO queue with ``capacity`` GPU slots
-(``nodes x gpusPerNode`` per job) decides when a queued job starts; queues (``spec.queue``)
-may have GPU quotas, which no queue's started jobs exceed together (see :mod:`._admission`).
-The quotas live in the run store (``queues.json`` at its root), so every supervisor and every
-submitter on that root applies the same ones.
+Jobs are started detached (a supervisor process per job, see :mod:`._supervisor`, which
+drives the shared :mod:`aviflow.lifecycle`), so they outlive the kernel or CLI that
+submitted them. A FIFO queue with ``capacity`` GPU slots (``nodes x gpusPerNode`` per job)
+decides when a queued job starts; queues (``spec.queue``) may have GPU quotas, which no
+queue's started jobs exceed together (see :mod:`._admission`). The quotas live in the run
+store (``queues.json`` at its root), so every supervisor and every submitter on that root
+applies the same ones.
+
+``status()`` is a plain read. A job whose supervisor died shows as FAILED at once, and
+``reconcile()`` records it (stopping what is left of it); :meth:`LocalBackend.start` runs
+``reconcile()`` in the background, as the hub's service does.
 """
 
 from __future__ import annotations
@@ -15,35 +20,43 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from aviflow import _procs
 from aviflow.backends._admission import Waiting
+from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
-from aviflow.errors import BackendError
+from aviflow.errors import BackendError, JobNotFound
+from aviflow.lifecycle import Lifecycle, Lost, Policy
+from aviflow.records import JobState, JobStatus, Owner, PendingJob, QueueQuota
+from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
-from aviflow.status import Event, JobState
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
 
 DEFAULT_CAPACITY = 8
-SUPERVISOR_LOCK = "supervisor.lock"
-SUPERVISOR_INFO = "supervisor.json"
-CANCEL_REQUEST = "cancel-requested"
+CAPACITY_ENV = "AVIFLOW_LOCAL_CAPACITY"
 QUOTAS_FILE = "queues.json"
+QUEUE_LOCK = ".queue.lock"
 # A job whose supervisor has not reported yet is still being submitted, not orphaned.
 SUPERVISOR_START_GRACE = 60.0
+RECONCILE_SECONDS = 2.0
+ORPHAN_MESSAGE = "the job supervisor exited unexpectedly; see supervisor.log"
 
 
 def default_capacity() -> int:
-    return int(os.environ.get("AVIFLOW_LOCAL_CAPACITY", DEFAULT_CAPACITY))
+    return int(os.environ.get(CAPACITY_ENV, DEFAULT_CAPACITY))
 
 
-def read_quotas(root: Path) -> dict[str, int]:
-    """GPU quota per queue of the run store at ``root`` (a queue not listed has none)."""
-    return {str(k): int(v) for k, v in read_json(root / QUOTAS_FILE, {}).items()}
+def read_quotas(store: RunStore) -> dict[str, int]:
+    """GPU quota per queue of ``store`` (a queue not listed has none)."""
+    data = read_json(store.file(QUOTAS_FILE), {})
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def scan_queues(
@@ -51,36 +64,41 @@ def scan_queues(
     *,
     own: str | None = None,
     finished: set[str] | None = None,
-    sizes: dict[str, tuple[str, int]] | None = None,
+    sizes: dict[str, tuple[str, int, str]] | None = None,
 ) -> tuple[list[Waiting], dict[str, int]]:
     """(queued jobs, oldest first; GPU slots held per queue by started jobs) of the jobs whose
     supervisor is alive (``own``: the caller's job, counted regardless). ``finished`` and
     ``sizes`` are caches a caller that scans repeatedly keeps (a finished job stays finished;
-    a job's queue and size never change)."""
+    a job's queue, size and owner never change)."""
     finished = set() if finished is None else finished
     sizes = {} if sizes is None else sizes
     waiting: list[Waiting] = []
     in_use: dict[str, int] = {}
-    for job_id in store.ids(exclude=finished):
-        run = RunDir(store.root / job_id)
-        state = JobState(run.status().get("state", JobState.QUEUED))
+    for job_id in store.ids():
+        if job_id in finished:
+            continue
+        path = store.locate(job_id)
+        if path is None:
+            continue
+        run = RunDir(path)
+        state = run.status().state
         if state.is_finished():
             finished.add(job_id)
             continue
-        if job_id != own and not _procs.is_locked(run.path / SUPERVISOR_LOCK):
+        if job_id != own and not _procs.is_locked(run.supervisor_lock):
             continue  # its supervisor is gone (or not started yet); it holds nothing
         if job_id not in sizes:
             spec = run.spec().spec
-            sizes[job_id] = (spec.queue, spec.total_gpus)
-        queue, gpus = sizes[job_id]
-        if state == JobState.QUEUED:
-            waiting.append(Waiting(job_id, queue, gpus))
+            sizes[job_id] = (spec.queue, spec.total_gpus, run.meta().user)
+        queue, gpus, user = sizes[job_id]
+        if state is JobState.QUEUED:
+            waiting.append(Waiting(job_id, queue, gpus, user))
         else:
             in_use[queue] = in_use.get(queue, 0) + gpus
     return waiting, in_use
 
 
-class LocalBackend(Backend):
+class LocalBackend(StoreReads, Backend):
     """Run jobs as local process groups; ``capacity`` is the number of GPU slots (processes).
 
     ``quotas`` (queue -> GPUs), when given, replaces the run store's queue quotas.
@@ -92,86 +110,127 @@ class LocalBackend(Backend):
         self,
         root: str | Path | None = None,
         capacity: int | None = None,
-        quotas: dict[str, int] | None = None,
+        quotas: Mapping[str, int] | None = None,
     ) -> None:
         self.store = RunStore(root)
         self.capacity = capacity if capacity is not None else default_capacity()
-        if self.capacity < 1:
-            raise BackendError(f"capacity must be at least 1 GPU slot, got {self.capacity}")
+        if not isinstance(self.capacity, int) or self.capacity < 1:
+            raise BackendError(f"capacity must be at least 1 GPU slot, got {self.capacity!r}")
         if quotas is not None:
             bad = {q: n for q, n in quotas.items() if not isinstance(n, int) or n < 0}
             if bad:
                 raise BackendError(f"queue quotas must be GPU counts >= 0, got {bad}")
             self.store.root.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.store.root / QUOTAS_FILE, json.dumps(quotas, sort_keys=True))
+            atomic_write(self.store.file(QUOTAS_FILE), json.dumps(dict(quotas), sort_keys=True))
+        self._stop = threading.Event()
+        self._reconciler: threading.Thread | None = None
 
     def __repr__(self) -> str:
         return f"LocalBackend(root={str(self.store.root)!r}, capacity={self.capacity})"
 
     # -- the interface ---------------------------------------------------------------------------
-    def submit(self, job: TrainJob, bundle: CodeBundle) -> str:
+    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+        owner = owner or Owner(getpass.getuser())
         need = job.spec.total_gpus
         if need > self.capacity:
             raise BackendError(
                 f"{job.metadata.name!r} needs {need} GPU slots ({job.spec.nodes} nodes x "
                 f"{job.spec.gpus_per_node}) but this local backend has {self.capacity}; "
-                f"lower spec.nodes/gpusPerNode or raise AVIFLOW_LOCAL_CAPACITY"
+                f"lower spec.nodes/gpusPerNode or raise {CAPACITY_ENV}"
             )
-        quota = read_quotas(self.store.root).get(job.spec.queue)
+        quota = read_quotas(self.store).get(job.spec.queue)
         if quota is not None and need > quota:
             raise BackendError(
                 f"{job.metadata.name!r} needs {need} GPUs but queue {job.spec.queue!r} has a "
                 f"quota of {quota}; lower spec.nodes/gpusPerNode or use another queue"
             )
-        meta = {
-            "user": getpass.getuser(),
-            "backend": self.name,
-            "capacity": self.capacity,
-            "code_hash": bundle.content_hash,
-            "origin": bundle.origin,
-        }
-        run = self.store.create(job, bundle.store_files(), meta)
-        run.record(Event(JobState.QUEUED, attempt=0, message="waiting for GPU slots"))
+        run = self.store.create(
+            job,
+            bundle.store_files(),
+            owner.user,
+            team=owner.team,
+            backend=self.name,
+            code_hash=bundle.content_hash,
+            origin=bundle.origin,
+        )
+        step = Lifecycle(Policy.from_spec(job.spec)).submitted(time.time(), "waiting for GPU slots")
+        run.record(step.events, step.lifecycle.status())
         try:
             self._start_supervisor(run)
         except BaseException:
-            run.record(
-                Event(
-                    JobState.FAILED,
-                    attempt=0,
-                    message="the job supervisor did not start; see supervisor.log",
-                )
+            lost = step.lifecycle.observe(
+                Lost(time.time(), "the job supervisor did not start; see supervisor.log")
             )
+            run.record(lost.events, lost.lifecycle.status())
             raise
         return run.id
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        run = self.store.get(job_id)
+    def status(self, job_id: str) -> JobStatus:
+        run = self.run_dir(job_id)
         status = run.status()
-        state = JobState(status.get("state", JobState.QUEUED))
-        if not state.is_finished() and not self._supervisor_alive(run) and not self._starting(run):
-            status = run.status()  # it may have finished between the two reads
-            if not JobState(status.get("state", JobState.QUEUED)).is_finished():
-                self._reap_orphan(run)
-                status = run.status()
-        return status
+        if status.state.is_finished() or self._alive_or_starting(run):
+            return status
+        status = run.status()  # it may have finished between the two reads
+        if status.state.is_finished():
+            return status
+        return replace(status, state=JobState.FAILED, message=ORPHAN_MESSAGE, queue_position=None)
+
+    def reconcile(self, job_ids: Iterable[str] | None = None) -> list[str]:
+        """Record the end of every unfinished job whose supervisor died, stopping its
+        leftover processes; return their ids."""
+        reaped = []
+        for job_id in self.list_ids() if job_ids is None else job_ids:
+            try:
+                run = self.run_dir(job_id)
+            except JobNotFound:
+                continue
+            if run.status().state.is_finished() or self._alive_or_starting(run):
+                continue
+            if self._reap_orphan(run):
+                reaped.append(job_id)
+        return reaped
+
+    def start(self) -> None:
+        """Reconcile in a background thread every couple of seconds (until :meth:`stop`)."""
+        if self._reconciler is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(RECONCILE_SECONDS):
+                try:
+                    self.reconcile()
+                except Exception as exc:  # keep reconciling through one bad read
+                    print(f"aviflow local backend: reconcile failed: {exc!r}", file=sys.stderr)
+
+        self._reconciler = threading.Thread(target=loop, name="aviflow-reconcile", daemon=True)
+        self._reconciler.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._reconciler is not None:
+            self._reconciler.join(timeout=10)
+            self._reconciler = None
 
     def cancel(self, job_id: str) -> bool:
-        run = self.store.get(job_id)
-        if JobState(self.status(job_id)["state"]).is_finished():
+        run = self.run_dir(job_id)
+        if run.status().state.is_finished():
             return False
-        (run.path / CANCEL_REQUEST).touch()
-        info = read_json(run.path / SUPERVISOR_INFO, {})
-        if info.get("pid") and self._supervisor_alive(run):
+        if not self._alive_or_starting(run):  # it ended (its supervisor died) before the cancel
+            self._reap_orphan(run)
+            return False
+        run.cancel_request.touch()
+        info = read_json(run.supervisor_info, {})
+        if info.get("pid") and _procs.is_locked(run.supervisor_lock):
             try:
                 os.kill(info["pid"], 15)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self._supervisor_alive(run):
+        while time.monotonic() < deadline and _procs.is_locked(run.supervisor_lock):
             time.sleep(0.1)
-        if not JobState(run.status().get("state")).is_finished():
-            self._reap_orphan(run, state=JobState.CANCELLED, message="cancelled")
+        if not run.status().state.is_finished():
+            self._reap_orphan(run, cancelled=True)
         left = _procs.tagged(run.id)
         if left:
             raise BackendError(
@@ -179,27 +238,47 @@ class LocalBackend(Backend):
             )
         return True
 
-    def list_ids(self) -> list[str]:
-        return self.store.ids()
-
-    def quota(self, queue: str) -> dict[str, int] | None:
+    def quota(self, queue: str) -> QueueQuota | None:
         """The queue's GPU quota with its current use, or None if it has no quota."""
-        quota = read_quotas(self.store.root).get(queue)
+        quota = read_quotas(self.store).get(queue)
         if quota is None:
             return None
         waiting, in_use = scan_queues(self.store)
-        return {
-            "gpuQuota": quota,
-            "gpusInUse": in_use.get(queue, 0),
-            "pendingJobs": sum(w.queue == queue for w in waiting),
-        }
+        return _queue_quota(queue, quota, waiting, in_use)
 
-    def run_dir(self, job_id: str) -> RunDir:
-        return self.store.get(job_id)
+    def queues(self) -> list[QueueQuota]:
+        quotas = read_quotas(self.store)
+        if not quotas:
+            return []
+        waiting, in_use = scan_queues(self.store)
+        return [_queue_quota(q, n, waiting, in_use) for q, n in sorted(quotas.items())]
+
+    def render(self, job: TrainJob) -> list[dict[str, Any]]:
+        """What each node would run: the runtime's argv and environment (the run directory
+        and port are chosen at submission)."""
+        out = []
+        for node in range(job.spec.nodes):
+            env = RuntimeEnv(
+                run_dir=Path("<run-dir>"),
+                node_rank=node,
+                num_nodes=job.spec.nodes,
+                main_port=0,
+                keep_last=job.spec.checkpoints.keep_last,
+                job_tag="<job-id>",
+            )
+            out.append(
+                {
+                    "node": node,
+                    "argv": [sys.executable, "-m", "aviflow.runtime"],
+                    "env": {**job.spec.env, **env.to_env()},
+                    "processes": job.spec.gpus_per_node,
+                }
+            )
+        return out
 
     # -- helpers ---------------------------------------------------------------------------------
     def _start_supervisor(self, run: RunDir) -> None:
-        log = open(run.path / "supervisor.log", "ab")  # noqa: SIM115
+        log = open(run.supervisor_log, "ab")  # noqa: SIM115
         try:
             intermediate = subprocess.Popen(
                 [
@@ -220,42 +299,57 @@ class LocalBackend(Backend):
         finally:
             log.close()
         if intermediate.wait(timeout=30) != 0:
-            raise BackendError(f"job supervisor failed to start; see {run.path / 'supervisor.log'}")
+            raise BackendError(f"job supervisor failed to start; see {run.supervisor_log}")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if (run.path / SUPERVISOR_INFO).exists():
+            if run.supervisor_info.exists():
                 return
             time.sleep(0.02)
-        raise BackendError(
-            f"job supervisor did not report in 30s; see {run.path / 'supervisor.log'}"
-        )
+        raise BackendError(f"job supervisor did not report in 30s; see {run.supervisor_log}")
 
     @staticmethod
-    def _starting(run: RunDir) -> bool:
-        """Submitted moments ago and its supervisor has not started yet."""
-        if (run.path / SUPERVISOR_INFO).exists():
+    def _alive_or_starting(run: RunDir) -> bool:
+        """Its supervisor holds the lock, or it was submitted moments ago and its supervisor
+        has not started yet."""
+        if _procs.is_locked(run.supervisor_lock):
+            return True
+        if run.supervisor_info.exists():
             return False
-        return time.time() - run.meta().get("submitted", 0) < SUPERVISOR_START_GRACE
-
-    @staticmethod
-    def _supervisor_alive(run: RunDir) -> bool:
-        return _procs.is_locked(run.path / SUPERVISOR_LOCK)
-
-    def _reap_orphan(
-        self,
-        run: RunDir,
-        state: JobState = JobState.FAILED,
-        message: str = "the job supervisor exited unexpectedly; see supervisor.log",
-    ) -> None:
-        """The supervisor is gone but the job is not finished: stop what is left, record it."""
-        lock = _procs.FileLock(run.path / SUPERVISOR_LOCK)
-        if not lock.acquire(blocking=False):
-            return  # a supervisor (or another reaper) is alive after all
         try:
-            if JobState(run.status().get("state", JobState.QUEUED)).is_finished():
-                return
-            pgids = read_json(run.path / "processes.json", {}).get("pgids", [])
+            submitted = run.meta().submitted
+        except JobNotFound:
+            return False
+        return time.time() - submitted < SUPERVISOR_START_GRACE
+
+    def _reap_orphan(self, run: RunDir, cancelled: bool = False) -> bool:
+        """The supervisor is gone but the job is not finished: stop what is left, record it."""
+        lock = _procs.FileLock(run.supervisor_lock)
+        if not lock.acquire(blocking=False):
+            return False  # a supervisor (or another reaper) is alive after all
+        try:
+            if run.status().state.is_finished():
+                return False
+            pgids = read_json(run.processes_path, {}).get("pgids", [])
             _procs.stop_job(run.id, pgids)
-            run.record(Event(state, attempt=run.status().get("attempt", 0), message=message))
+            lc = Lifecycle.from_events(Policy.from_spec(run.spec().spec), run.events().items)
+            message = "cancelled" if cancelled else ORPHAN_MESSAGE
+            step = lc.observe(Lost(time.time(), message, cancelled=cancelled))
+            run.record(step.events, step.lifecycle.status())
+            return True
         finally:
             lock.release()
+
+
+def _queue_quota(
+    queue: str, quota: int, waiting: list[Waiting], in_use: dict[str, int]
+) -> QueueQuota:
+    pending = [w for w in waiting if w.queue == queue]
+    return QueueQuota(
+        queue=queue,
+        gpu_quota=quota,
+        gpus_in_use=in_use.get(queue, 0),
+        pending_count=len(pending),
+        pending=tuple(
+            PendingJob(w.id, w.user, position=i + 1, gpus=w.gpus) for i, w in enumerate(pending)
+        ),
+    )

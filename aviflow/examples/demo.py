@@ -11,23 +11,24 @@ import time
 from pathlib import Path
 
 import aviflow
+from aviflow.backends._store import StoreReads
 
 
 def main() -> int:
     spec = Path(__file__).with_name("demo.yaml")
     job = aviflow.submit(spec)
-    print(f"submitted {job.id} (run store: {job.backend.run_dir(job.id).path})", flush=True)
-    seen, last_state = 0, None
+    where = job.backend.run_dir(job.id).path if isinstance(job.backend, StoreReads) else "-"
+    print(f"submitted {job.id} (run store: {where})", flush=True)
+    cursor, last_state = 0, None
     while True:
         state = job.status
         if state != last_state:
             print(f"  state: {state.value}", flush=True)
             last_state = state
-        rows = job.metric_rows()
-        for row in rows[seen:]:
-            if row["step"] == 1 or row["step"] % 10 == 0:
-                print(f"  step {row['step']:3d}  loss {row['loss']:.4f}", flush=True)
-        seen = len(rows)
+        new, cursor = job.metric_batch(cursor)  # only the rows logged since the last read
+        for row in new:
+            if row.step == 1 or row.step % 10 == 0:
+                print(f"  step {row.step:3d}  loss {row.values['loss']:.4f}", flush=True)
         if state.is_finished():
             break
         time.sleep(0.5)
@@ -38,7 +39,7 @@ def main() -> int:
         return 1
     first, last = rows[0]["loss"], rows[-1]["loss"]
     print(f"loss went from {first:.4f} to {last:.4f} over {len(rows)} steps")
-    print(f"latest checkpoint: {job.latest_checkpoint()['path']}")
+    print(f"latest checkpoint: {job.checkpoint_path()}")
     print(
         f"GPU-seconds allocated: {job.usage().gpu_seconds:.1f} "
         f"({job.spec.spec.nodes} nodes x {job.spec.spec.gpus_per_node} GPUs)"

@@ -1,47 +1,37 @@
-"""Pure builders: (spec, node facts) -> the ``accelerate launch`` argv and the environment.
+"""Pure builders: (spec, this node's RuntimeEnv) -> the ``accelerate launch`` argv and the
+environment of the launcher and its ranks.
 
 Nothing here starts a process; :mod:`aviflow.runtime.__main__` runs what these return.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
+from aviflow.runtime.env import RuntimeEnv, without_runtime
 from aviflow.spec import TrainJob
-
-DEFAULT_MAIN_PORT = 29500
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """Where this node sits in the job."""
-
-    run_dir: Path
-    node_rank: int
-    num_nodes: int
-    procs_per_node: int
-    main_addr: str
-    main_port: int
-    attempt: int
-    use_cpu: bool
+from aviflow.store import RunDir
 
 
-def rank_program(python: str, run_dir: Path, job: TrainJob, entrypoint: str | None) -> list[str]:
+def rank_program(python: str, run: RunDir, job: TrainJob, entrypoint: str | None) -> list[str]:
     """What every rank runs: the rank wrapper, then the user's script or command."""
-    head = [python, "-m", "aviflow.runtime.rank", "--run-dir", str(run_dir)]
+    head = [python, "-m", "aviflow.runtime.rank"]
     if entrypoint is not None:
-        return [*head, "--script", str(run_dir / "code" / entrypoint)]
+        return [*head, "--script", str(run.code_dir / entrypoint)]
     assert job.spec.command is not None
     return [*head, "--exec", "--", *job.spec.command]
 
 
 def accelerate_argv(
-    python: str, node: NodeInfo, job: TrainJob, program: list[str], accelerate_config: Path | None
+    python: str,
+    node: RuntimeEnv,
+    job: TrainJob,
+    program: list[str],
+    accelerate_config: Path | None,
 ) -> list[str]:
     """``python -m accelerate.commands.launch ...`` for one node."""
-    total = node.num_nodes * node.procs_per_node
+    total = node.num_nodes * job.spec.gpus_per_node
     argv = [python, "-m", "accelerate.commands.launch"]
     if accelerate_config is not None:
         argv += ["--config_file", str(accelerate_config)]
@@ -69,32 +59,23 @@ def accelerate_argv(
 
 
 def node_env(
-    base: dict[str, str], node: NodeInfo, job: TrainJob, resume_from: str | None
+    base: Mapping[str, str], node: RuntimeEnv, job: TrainJob, gpus: bool
 ) -> dict[str, str]:
-    """The environment of the launcher and, through it, of every rank on this node."""
-    env = dict(base)
+    """The environment of the launcher and, through it, of every rank on this node: ``base``
+    (runtime variables it may carry are replaced), the spec's ``env``, this node's
+    :class:`RuntimeEnv`, and ``ACCELERATE_USE_CPU`` on a node without GPUs."""
+    env = without_runtime(base)
+    env.pop("ACCELERATE_USE_CPU", None)
     env.update(job.spec.env)
-    env.update(
-        AVIFLOW_RUN_DIR=str(node.run_dir),
-        AVIFLOW_NODE_RANK=str(node.node_rank),
-        AVIFLOW_NUM_NODES=str(node.num_nodes),
-        AVIFLOW_ATTEMPT=str(node.attempt),
-        AVIFLOW_CHECKPOINT_DIR=str(node.run_dir / "checkpoints"),
-        AVIFLOW_KEEP_LAST=str(job.spec.checkpoints.keep_last),
-        PYTHONUNBUFFERED="1",
-    )
-    if resume_from:
-        env["AVIFLOW_RESUME_FROM"] = resume_from
-    else:
-        env.pop("AVIFLOW_RESUME_FROM", None)
-    if node.use_cpu:
+    env.update(node.to_env())
+    env["PYTHONUNBUFFERED"] = "1"
+    if not gpus:
         env["ACCELERATE_USE_CPU"] = "true"
     return env
 
 
-def has_gpus() -> bool:
-    """Whether this node has NVIDIA GPUs, without importing torch."""
-    forced = os.environ.get("AVIFLOW_DEVICE")
-    if forced:
-        return forced == "gpu"
-    return Path("/dev/nvidiactl").exists()
+def has_gpus(node: RuntimeEnv, nvidia_device: Path = Path("/dev/nvidiactl")) -> bool:
+    """Whether this node has NVIDIA GPUs (``AVIFLOW_DEVICE`` overrides), without torch."""
+    if node.device:
+        return node.device == "gpu"
+    return nvidia_device.exists()

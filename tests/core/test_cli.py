@@ -15,7 +15,7 @@ import yaml
 
 import aviflow
 from aviflow.backends.local import LocalBackend
-from aviflow.status import JobState
+from aviflow.records import JobState, JobStatus
 
 TINY = Path(aviflow.__file__).parent / "examples" / "tiny_regression.py"
 
@@ -50,6 +50,18 @@ def test_bad_spec_exits_2_and_writes_nothing(tmp_path, run_root):
     result = cli(run_root, "submit", str(path))
     assert result.returncode == 2
     assert "spec.gpuPerNode: unknown key; did you mean 'gpusPerNode'?" in result.stderr
+    assert not run_root.exists()
+
+
+def test_a_spec_file_that_is_not_utf8_exits_2_with_one_line(tmp_path, run_root):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"metadata:\n  name: caf\xe9\nspec:\n  script: pass\n")
+    result = cli(run_root, "submit", str(path))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"aviflow: invalid TrainJob spec: {path} is not UTF-8 text (byte 21: b'\\xe9'); "
+        "save it as UTF-8\n"
+    )
     assert not run_root.exists()
 
 
@@ -123,8 +135,8 @@ def test_wait_reports_progress_and_exit_code_of_a_failed_job(tmp_path, run_root)
     )
     assert f"{job_id} FAILED" in lines
     assert (
-        "first failure: rank 0 (node 0)" in result.stderr
-        or "first failure: rank 1 (node 1)" in result.stderr
+        "first failure: rank 0 on node 0: SystemExit: 3" in result.stderr
+        or "first failure: rank 1 on node 1: SystemExit: 3" in result.stderr
     )
     assert "SystemExit(3)" in result.stderr
 
@@ -133,15 +145,25 @@ def test_wait_progress_says_what_a_queued_job_waits_for(capsys):
     from types import SimpleNamespace
 
     from aviflow.cli import _progress_printer
+    from aviflow.records import MetricRow
 
-    job = SimpleNamespace(id="j-1", backend=SimpleNamespace(metrics=lambda _id: []))
+    logged = [[], [], [MetricRow(7, 1.0, 2, {"loss": 0.25})], []]
+    cursors = []
+
+    def metric_batch(since: int) -> tuple[list[MetricRow], int]:
+        cursors.append(since)
+        return logged[len(cursors) - 1], since + len(logged[len(cursors) - 1])
+
+    job = SimpleNamespace(id="j-1", metric_batch=metric_batch)
     show = _progress_printer()
     reason = "waiting for queue 'vision' quota: needs 2 GPUs, 2/2 in use (position 1)"
-    show(job, {"state": "QUEUED", "queuePosition": 1, "message": reason})
-    show(job, {"state": "QUEUED", "queuePosition": 1, "message": reason})  # unchanged: silent
-    show(job, {"state": "RUNNING", "attempt": 2, "message": "running"})
+    show(job, JobStatus(JobState.QUEUED, 0, reason, queue_position=1))
+    show(job, JobStatus(JobState.QUEUED, 0, reason, queue_position=1))  # unchanged: silent
+    show(job, JobStatus(JobState.RUNNING, 2, "running"))
+    show(job, JobStatus(JobState.RUNNING, 2, "running"))  # no new rows: the last ones stay
     lines = [ln.split("] ", 1)[1] for ln in capsys.readouterr().out.splitlines()]
-    assert lines == [f"j-1 QUEUED: {reason}", "j-1 RUNNING attempt 2"]
+    assert lines == [f"j-1 QUEUED: {reason}", "j-1 RUNNING attempt 2  step 7: loss=0.25"]
+    assert cursors == [0, 0, 0, 1]  # each read continues where the last one ended
 
 
 def test_refused_submission_exits_5_and_a_wait_that_times_out_exits_124(

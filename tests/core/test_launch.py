@@ -1,14 +1,18 @@
-"""Golden tests of the pure builders: spec + node facts -> accelerate argv and environment."""
+"""Golden tests of the pure builders: spec + RuntimeEnv -> accelerate argv and environment,
+and of the RuntimeEnv contract itself."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aviflow.runtime.__main__ import node_rank_from_env
-from aviflow.runtime.launch import NodeInfo, accelerate_argv, node_env, rank_program
-from aviflow.spec import TrainJob
+import pytest
 
-RUN = Path("/runs/tiny-1234abcd")
+from aviflow.runtime.env import RuntimeEnv, RuntimeEnvError, process_rank
+from aviflow.runtime.launch import accelerate_argv, has_gpus, node_env, rank_program
+from aviflow.spec import TrainJob
+from aviflow.store import RunDir
+
+RUN = Path("/runs/ada/tiny-1234abcd")
 
 
 def job(**spec):
@@ -17,39 +21,28 @@ def job(**spec):
     return TrainJob.from_dict({"metadata": {"name": "tiny"}, "spec": base})
 
 
-def node(rank=1, use_cpu=True, attempt=1):
-    return NodeInfo(
-        run_dir=RUN,
-        node_rank=rank,
-        num_nodes=2,
-        procs_per_node=4,
-        main_addr="tiny-0.tiny",
-        main_port=29500,
-        attempt=attempt,
-        use_cpu=use_cpu,
+def node(rank=1, attempt=1, **kw):
+    return RuntimeEnv(
+        run_dir=RUN, node_rank=rank, num_nodes=2, main_addr="tiny-0.tiny", attempt=attempt, **kw
     )
 
 
 def test_rank_program_for_a_script():
-    assert rank_program("/py", RUN, job(), "train.py") == [
+    assert rank_program("/py", RunDir(RUN), job(), "train.py") == [
         "/py",
         "-m",
         "aviflow.runtime.rank",
-        "--run-dir",
-        "/runs/tiny-1234abcd",
         "--script",
-        "/runs/tiny-1234abcd/code/train.py",
+        "/runs/ada/tiny-1234abcd/code/train.py",
     ]
 
 
 def test_rank_program_for_a_command():
     j = job(scriptFile=None, command=["python", "-m", "pkg.train", "--lr", "3e-4"])
-    assert rank_program("/py", RUN, j, None) == [
+    assert rank_program("/py", RunDir(RUN), j, None) == [
         "/py",
         "-m",
         "aviflow.runtime.rank",
-        "--run-dir",
-        "/runs/tiny-1234abcd",
         "--exec",
         "--",
         "python",
@@ -111,42 +104,74 @@ def test_accelerate_argv_with_config_file_lets_the_file_choose_the_distributed_t
 
 
 def test_single_process_is_not_multi_gpu():
-    one = NodeInfo(
-        run_dir=RUN,
-        node_rank=0,
-        num_nodes=1,
-        procs_per_node=1,
-        main_addr="127.0.0.1",
-        main_port=1,
-        attempt=1,
-        use_cpu=True,
-    )
+    one = RuntimeEnv(run_dir=RUN)
     assert "--multi_gpu" not in accelerate_argv(
         "/py", one, job(nodes=1, gpusPerNode=1), ["P"], None
     )
 
 
 def test_node_env_on_cpu_and_gpu():
-    base = {"PATH": "/bin", "AVIFLOW_RESUME_FROM": "stale"}
-    env = node_env(base, node(attempt=2), job(), "/runs/x/checkpoints/step-000000010")
+    base = {"PATH": "/bin", "AVIFLOW_NODE_RANK": "7", "ACCELERATE_USE_CPU": "true"}
+    env = node_env(base, node(attempt=2, keep_last=5, job_tag="tiny-1234abcd"), job(), gpus=False)
     assert env == {
         "PATH": "/bin",
         "HF_HOME": "/hf",
-        "AVIFLOW_RUN_DIR": "/runs/tiny-1234abcd",
+        "AVIFLOW_RUN_DIR": "/runs/ada/tiny-1234abcd",
         "AVIFLOW_NODE_RANK": "1",
         "AVIFLOW_NUM_NODES": "2",
+        "AVIFLOW_MAIN_ADDR": "tiny-0.tiny",
+        "AVIFLOW_MAIN_PORT": "29500",
         "AVIFLOW_ATTEMPT": "2",
-        "AVIFLOW_CHECKPOINT_DIR": "/runs/tiny-1234abcd/checkpoints",
-        "AVIFLOW_KEEP_LAST": "3",
-        "AVIFLOW_RESUME_FROM": "/runs/x/checkpoints/step-000000010",
+        "AVIFLOW_KEEP_LAST": "5",
+        "AVIFLOW_JOB_TAG": "tiny-1234abcd",
         "PYTHONUNBUFFERED": "1",
         "ACCELERATE_USE_CPU": "true",
     }
-    gpu = node_env(base, node(use_cpu=False), job(), None)
+    gpu = node_env(base, node(), job(), gpus=True)
     assert "ACCELERATE_USE_CPU" not in gpu
-    assert "AVIFLOW_RESUME_FROM" not in gpu
 
 
-def test_node_rank_prefers_the_indexed_job_index():
-    assert node_rank_from_env({"JOB_COMPLETION_INDEX": "3", "AVIFLOW_NODE_RANK": "1"}) == 3
-    assert node_rank_from_env({"AVIFLOW_NODE_RANK": "1"}) == 1
+def test_runtime_env_round_trips_and_names_what_is_wrong():
+    full = node(attempt=3, keep_last=2, log_to_store=False, device="cpu", job_tag="t")
+    assert RuntimeEnv.from_env(full.to_env()) == full
+    # an Indexed Job's pod template leaves the node out: JOB_COMPLETION_INDEX gives it
+    shared = full.to_env(node_rank=False)
+    assert "AVIFLOW_NODE_RANK" not in shared
+    assert RuntimeEnv.from_env({**shared, "JOB_COMPLETION_INDEX": "3"}).node_rank == 3
+    assert RuntimeEnv.from_env({**full.to_env(), "JOB_COMPLETION_INDEX": "0"}).node_rank == 0
+    with pytest.raises(RuntimeEnvError, match="AVIFLOW_RUN_DIR is not set"):
+        RuntimeEnv.from_env({})
+    with pytest.raises(RuntimeEnvError, match="AVIFLOW_ATTEMPT='x' is not an integer"):
+        RuntimeEnv.from_env({**full.to_env(), "AVIFLOW_ATTEMPT": "x"})
+    with pytest.raises(RuntimeEnvError, match="AVIFLOW_NUM_NODES=0 must be at least 1"):
+        RuntimeEnv.from_env({**full.to_env(), "AVIFLOW_NUM_NODES": "0"})
+    assert process_rank({"RANK": "5"}) == 5 and process_rank({}) == 0
+
+
+def test_outside_a_job_the_runtime_env_is_the_local_run_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert RuntimeEnv.current({}) == RuntimeEnv(run_dir=tmp_path / ".aviflow" / "run")
+
+
+def test_the_device_override_wins_over_detection(tmp_path):
+    nvidia = tmp_path / "nvidiactl"
+    assert has_gpus(RuntimeEnv(RUN), nvidia) is False
+    nvidia.touch()
+    assert has_gpus(RuntimeEnv(RUN), nvidia) is True
+    assert has_gpus(RuntimeEnv(RUN, device="cpu"), nvidia) is False
+    assert has_gpus(RuntimeEnv(RUN, device="gpu"), tmp_path / "none") is True
+
+
+def test_only_the_runtime_env_module_spells_the_runtime_variables():
+    """One owner: no other module of the package names an AVIFLOW_* runtime variable."""
+    import aviflow
+    from aviflow.runtime import env
+
+    root = Path(aviflow.__file__).parent
+    owners = {}
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        for name in env.NAMES:
+            if f'"{name}"' in text:
+                owners.setdefault(name, []).append(str(path.relative_to(root)))
+    assert owners == {name: ["runtime/env.py"] for name in env.NAMES}

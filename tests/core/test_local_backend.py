@@ -12,27 +12,37 @@ import pytest
 
 import aviflow
 from aviflow import _procs
-from aviflow.backends.local import SUPERVISOR_INFO, LocalBackend
+from aviflow.backends.local import LocalBackend
 from aviflow.bundle import build_bundle
 from aviflow.errors import BackendError
+from aviflow.lifecycle import Lifecycle, Policy
+from aviflow.records import EventType, JobState, PendingJob, QueueQuota
 from aviflow.spec import TrainJob
-from aviflow.status import Event, JobState
+
+ORPHAN = "the job supervisor exited unexpectedly; see supervisor.log"
 
 
 def test_a_job_being_submitted_is_not_mistaken_for_an_orphan(local_backend):
     # what submit() has written before the supervisor takes its lock
     job = TrainJob.from_dict({"metadata": {"name": "early"}, "spec": {"script": "pass"}})
-    run = local_backend.store.create(job, build_bundle(job).store_files(), {"backend": "local"})
-    run.record(Event(JobState.QUEUED, attempt=0))
-    assert local_backend.status(run.id)["state"] == "QUEUED"
-    meta = run.meta()
+    run = local_backend.store.create(job, build_bundle(job).store_files(), "ada")
+    step = Lifecycle(Policy()).submitted(time.time())
+    run.record(step.events, step.lifecycle.status())
+    assert local_backend.status(run.id).state is JobState.QUEUED
+    assert local_backend.reconcile() == []
+    meta = json.loads(run.meta_path.read_text())
     meta["submitted"] -= 3600  # an hour later, still no supervisor: it is an orphan
-    run.write_meta(meta)
-    assert local_backend.status(run.id)["state"] == "FAILED"
-    assert (
-        local_backend.status(run.id)["message"]
-        == "the job supervisor exited unexpectedly; see supervisor.log"
-    )
+    run.meta_path.write_text(json.dumps(meta))
+    # status() is a plain read: it shows the orphan as FAILED and writes nothing
+    status = local_backend.status(run.id)
+    assert (status.state, status.message) == (JobState.FAILED, ORPHAN)
+    assert run.status().state is JobState.QUEUED
+    assert [e.type for e in run.events().items] == [EventType.QUEUED]
+    # reconciling records it, once
+    assert local_backend.reconcile() == [run.id]
+    assert local_backend.reconcile() == []
+    assert [e.type for e in run.events().items] == [EventType.QUEUED, EventType.FAILED]
+    assert (run.status().state, run.status().message) == (JobState.FAILED, ORPHAN)
 
 
 def test_a_supervisor_whose_run_directory_is_removed_exits(run_root, leftover_processes):
@@ -48,7 +58,7 @@ def test_a_supervisor_whose_run_directory_is_removed_exits(run_root, leftover_pr
     second = aviflow.submit(
         {"metadata": {"name": "waiter"}, "spec": {"script": "pass"}}, backend=backend
     )
-    pids = [backend.run_dir(j.id).path / SUPERVISOR_INFO for j in (first, second)]
+    pids = [backend.run_dir(j.id).supervisor_info for j in (first, second)]
     supervisors = [int(json.loads(p.read_text())["pid"]) for p in pids]
     shutil.rmtree(run_root)
     deadline = time.monotonic() + 60
@@ -99,18 +109,22 @@ def test_queue_quota_holds_its_jobs_back_but_not_other_queues(
     # the machine has room (2/8 in use) but queue vision is at its quota; nlp has none
     assert other.wait(timeout=120) == JobState.SUCCEEDED
     record = second.status_record()
-    assert (record["state"], record["queuePosition"], record["message"]) == (
-        "QUEUED",
+    assert (record.state, record.queue_position, record.message) == (
+        JobState.QUEUED,
         1,
         "waiting for queue 'vision' quota: needs 2 GPUs, 2/2 in use (position 1)",
     )
-    assert backend.quota("vision") == {"gpuQuota": 2, "gpusInUse": 2, "pendingJobs": 1}
+    user = first.meta.user
+    assert backend.quota("vision") == QueueQuota(
+        "vision", 2, gpus_in_use=2, pending_count=1, pending=(PendingJob(second.id, user, 1, 2),)
+    )
     assert backend.quota("nlp") is None
+    assert [q.queue for q in backend.queues()] == ["vision"]
 
     gate.touch()
     assert first.wait(timeout=120) == JobState.SUCCEEDED
     assert second.wait(timeout=120) == JobState.SUCCEEDED
-    second_start = next(e.time for e in second.events() if e.type == "STARTING")
+    second_start = next(e.time for e in second.events() if e.type is EventType.STARTING)
     assert second_start >= first.events()[-1].time
     assert [leftover_processes(j.id) for j in (first, second, other)] == [[], [], []]
 

@@ -78,3 +78,10 @@ def test_label_values():
     assert label_value("Team_A.1") == "Team_A.1"
     assert label_value("-bad") != "-bad"
     assert len(label_value("x" * 100)) <= 63
+
+
+def test_a_trailing_newline_is_not_a_label() -> None:
+    from aviflow.names import is_dns1123_label, label_value
+
+    assert not is_dns1123_label("tiny-1234abcd\n")
+    assert label_value("team\n") != "team\n" and is_dns1123_label(label_value("team\n"))

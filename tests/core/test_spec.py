@@ -148,8 +148,29 @@ def test_defaults_are_explicit_after_round_trip():
             "metadata.name: '../../etc' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'",
         ),
         (
-            {**BASE, "metadata": {"name": "a\x00b"}},
-            "metadata.name: 'a\\x00b' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'",
+            {**BASE, "metadata": {"name": "a\x01b"}},
+            "metadata.name: 'a\\x01b' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'",
+        ),
+        ({**BASE, "metadata": {"name": "a\x00b"}}, "metadata.name: has a NUL byte"),
+        (
+            {**BASE, "metadata": {"name": "run \ud800"}},
+            "metadata.name: has a character that is not valid Unicode text at position 4 (a lone surrogate)",
+        ),
+        (
+            with_spec(env={"NOTE": "x\udcff"}),
+            "spec.env.NOTE: has a character that is not valid Unicode text at position 1 (a lone surrogate)",
+        ),
+        (
+            with_spec(env={"A\udcff": "1"}),
+            "spec.env.A\\udcff: the key has a character that is not valid Unicode text at position 1 (a lone surrogate)",
+        ),
+        (
+            with_spec(resumeFrom={"job": "Not An Id", "step": 1}),
+            "spec.resumeFrom.job: 'Not An Id' is not a job id (ids look like 'tiny-3f9a1c2b')",
+        ),
+        (
+            with_spec(resumeFrom={"job": "tiny-1", "step": -1}),
+            "spec.resumeFrom.step: Input should be greater than or equal to 0 (got -1)",
         ),
         ({**BASE, "metadata": {"name": ""}}, "metadata.name: must not be empty"),
         (
@@ -180,6 +201,35 @@ def test_several_problems_are_reported_together():
 def test_not_a_mapping_or_not_yaml(text):
     with pytest.raises(SpecError):
         TrainJob.from_yaml(text)
+
+
+def test_deeply_nested_input_is_refused_cleanly():
+    nested: object = "x"
+    for _ in range(100):
+        nested = {"a": nested}
+    with pytest.raises(SpecError, match="nested more than 32 levels deep"):
+        TrainJob.from_dict(with_spec(env=nested))
+    with pytest.raises(SpecError, match="not valid JSON: nested too deeply"):
+        TrainJob.from_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_a_huge_wrong_value_is_not_echoed_back():
+    with pytest.raises(SpecError) as info:
+        TrainJob.from_dict(with_spec(nodes="9" * 10_000_000))
+    assert len(str(info.value)) < 200
+    assert str(info.value).startswith(
+        "invalid TrainJob spec: spec.nodes: Input should be a valid integer (got str '9999"
+    )
+
+
+def test_a_spec_file_that_is_not_utf8_is_a_spec_error(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"metadata:\n  name: caf\xe9\n")
+    with pytest.raises(SpecError) as info:
+        TrainJob.load(path)
+    assert str(info.value) == (
+        f"invalid TrainJob spec: {path} is not UTF-8 text (byte 21: b'\\xe9'); save it as UTF-8"
+    )
 
 
 def test_with_changes_revalidates():

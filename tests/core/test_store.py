@@ -1,7 +1,8 @@
-"""The run store: unique ids, atomic writes, no escape from the root."""
+"""The run store: its layout, unique ids, atomic writes, incremental reads, no escape."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -10,20 +11,27 @@ import pytest
 
 from aviflow.bundle import build_bundle
 from aviflow.errors import JobNotFound
+from aviflow.records import CheckpointRef, Event, EventType, JobMeta, JobState, JobStatus
 from aviflow.spec import TrainJob
-from aviflow.status import RESTARTING, Event, JobState, usage_from_events
-from aviflow.store import RunStore, atomic_write, read_lines
+from aviflow.store import RunDir, RunStore, atomic_write, read_lines
 
 JOB = TrainJob.from_dict(
     {"metadata": {"name": "tiny"}, "spec": {"nodes": 2, "gpusPerNode": 2, "script": "print(1)"}}
 )
 
 
-def test_create_writes_a_complete_job_directory(tmp_path):
+def make(store: RunStore, user: str = "ada", **kw: object) -> RunDir:
+    return store.create(JOB, build_bundle(JOB).store_files(), user, **kw)  # type: ignore[arg-type]
+
+
+def test_create_writes_a_complete_job_directory_under_its_user(tmp_path):
     store = RunStore(tmp_path)
     bundle = build_bundle(JOB, origin={"notebook": "a.ipynb"})
-    run = store.create(JOB, bundle.store_files(), {"user": "ada"})
+    run = store.create(
+        JOB, bundle.store_files(), "ada", team="vision", backend="local", code_hash="sha256:x"
+    )
     assert run.id.startswith("tiny-") and len(run.id) == len("tiny-") + 8
+    assert run.path == tmp_path / "ada" / run.id
     assert sorted(p.name for p in run.path.iterdir()) == [
         "checkpoints",
         "code",
@@ -35,36 +43,65 @@ def test_create_writes_a_complete_job_directory(tmp_path):
     ]
     assert (run.code_dir / "train.py").read_text() == "print(1)"
     assert run.spec() == JOB
-    manifest = (run.code_dir / "MANIFEST.json").read_text()
-    assert bundle.content_hash in manifest
-    assert run.meta()["user"] == "ada"
+    assert bundle.content_hash in run.manifest_path.read_text()
+    meta = run.meta()
+    assert (meta.id, meta.name, meta.user, meta.team, meta.backend, meta.code_hash) == (
+        run.id,
+        "tiny",
+        "ada",
+        "vision",
+        "local",
+        "sha256:x",
+    )
+    assert os.readlink(tmp_path / ".ids" / run.id) == f"../ada/{run.id}"
     assert store.ids() == [run.id]
     assert store.get(run.id).path == run.path
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging")]
+    assert not [p for p in (tmp_path / "ada").iterdir() if p.name.startswith(".staging")]
+
+
+def test_user_directories_are_dns_labels_that_only_their_user_maps_to(tmp_path):
+    store = RunStore(tmp_path)
+    a, b = make(store, "Alice@Example.com"), make(store, "alice@example.com")
+    assert a.path.parent != b.path.parent
+    for run in (a, b):
+        assert run.path.parent.name.startswith("alice-example-com---")
+        assert run.meta().user in ("Alice@Example.com", "alice@example.com")
+    assert store.ids() == [a.id, b.id]
+
+
+def test_one_users_directory_mounted_alone_still_finds_its_jobs(tmp_path):
+    """A notebook or trainer pod mounts only ``<root>/<user>`` (no ``.ids`` index)."""
+    store = RunStore(tmp_path / "full")
+    run = make(store)
+    (run.checkpoint_dir(20)).mkdir(parents=True)
+    (run.checkpoint_dir(20) / "aviflow-checkpoint.json").write_text('{"step": 20}')
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    (mount / "ada").symlink_to(store.user_dir("ada"))
+    alone = RunStore(mount)
+    assert alone.get(run.id).path == mount / "ada" / run.id
+    assert alone.checkpoint_path(CheckpointRef(run.id, 20)) == mount / "ada" / run.id / (
+        "checkpoints/step-000000020"
+    )
+    with pytest.raises(JobNotFound, match="no complete checkpoint at step 30"):
+        alone.checkpoint_path(CheckpointRef(run.id, 30))
 
 
 def test_ids_are_unique_under_concurrency(tmp_path):
     store = RunStore(tmp_path)
     ids: list[str] = []
 
-    def make():
+    def create(user: str) -> None:
         for _ in range(20):
-            ids.append(store.create(JOB, {}, {}).id)
+            ids.append(store.create(JOB, {}, user).id)
 
-    threads = [threading.Thread(target=make) for _ in range(4)]
+    threads = [threading.Thread(target=create, args=(u,)) for u in ("a", "b", "a", "c")]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(set(ids)) == 80
     assert sorted(store.ids()) == sorted(ids)
-
-
-def test_ids_can_leave_known_jobs_out(tmp_path):
-    store = RunStore(tmp_path)
-    first, second = store.create(JOB, {}, {}).id, store.create(JOB, {}, {}).id
-    assert store.ids() == [first, second]
-    assert store.ids(exclude={first}) == [second]
 
 
 def test_content_hash_depends_on_content_only():
@@ -77,17 +114,47 @@ def test_content_hash_depends_on_content_only():
 def test_failed_create_leaves_nothing(tmp_path):
     store = RunStore(tmp_path)
     with pytest.raises(ValueError, match="outside the job directory"):
-        store.create(JOB, {"../escape.txt": b"x"}, {})
-    assert list(tmp_path.iterdir()) == []
-    assert not (tmp_path.parent / "escape.txt").exists()
+        store.create(JOB, {"../escape.txt": b"x"}, "ada")
+    assert [p.name for p in (tmp_path / "ada").iterdir()] == []
+    assert store.ids() == []
+    assert not (tmp_path / "escape.txt").exists()
 
 
 @pytest.mark.parametrize(
-    "bad", ["../etc", "..", "a/b", "/etc/passwd", "UPPER", "", "x" * 64, "a\x00"]
+    "bad", ["../etc", "..", "a/b", "/etc/passwd", "UPPER", "", "x" * 64, "a\x00", 3]
 )
 def test_ids_cannot_escape_the_root(tmp_path, bad):
     with pytest.raises(JobNotFound):
         RunStore(tmp_path).get(bad)
+
+
+def test_a_removed_job_is_gone_from_the_listing(tmp_path):
+    import shutil
+
+    store = RunStore(tmp_path)
+    keep, gone = make(store), make(store)
+    shutil.rmtree(gone.path)
+    assert store.ids() == [keep.id]
+    assert store.ids(newest=1) == [keep.id]
+    with pytest.raises(JobNotFound):
+        RunStore(tmp_path).get(gone.id)
+
+
+def test_the_newest_ids_are_read_from_the_end_of_the_index(tmp_path):
+    import shutil
+
+    store = RunStore(tmp_path)
+    runs = [make(store, user=f"u{i % 3}") for i in range(40)]
+    ids = [r.id for r in runs]
+    assert store.ids() == ids
+    assert store.ids(newest=5) == ids[-5:] and store.ids(newest=0) == []
+    assert store.ids(newest=100) == ids
+    for run in runs[-30:]:  # the newest 30 were removed by hand
+        shutil.rmtree(run.path)
+    assert store.ids(newest=5) == ids[5:10]
+    # a store whose index is gone (one user's directory mounted alone) is scanned
+    store.index_log.unlink()
+    assert RunStore(tmp_path).ids() == ids[:10]
 
 
 def test_atomic_write_never_shows_a_torn_file(tmp_path):
@@ -110,27 +177,84 @@ def test_atomic_write_never_shows_a_torn_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
 
 
-def test_partial_lines_are_not_read(tmp_path):
+def test_lines_are_read_from_a_cursor_and_partial_or_broken_lines_are_left(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_bytes(b'{"step": 1}\n{"step": 2}\n{"ste')
-    assert list(read_lines(path)) == [{"step": 1}, {"step": 2}]
+    path.write_bytes(b'{"step": 1}\n[1, 2]\nnot json\n{"step": 2}\n{"ste')
+    rows, end = read_lines(path)
+    assert rows == [{"step": 1}, {"step": 2}]
+    assert end == len(b'{"step": 1}\n[1, 2]\nnot json\n{"step": 2}\n')
+    with open(path, "ab") as f:
+        f.write(b'p": 3}\n')
+    assert read_lines(path, end) == ([{"step": 3}], path.stat().st_size)
+    assert read_lines(path, path.stat().st_size) == ([], path.stat().st_size)
+    assert read_lines(tmp_path / "missing.jsonl", 7) == ([], 7)
+    size = path.stat().st_size
+    assert read_lines(path, 2**53) == ([], size)  # a cursor past the end is the end
 
 
-def test_usage_sums_attempts_from_events():
-    events = [
-        Event(JobState.QUEUED, 0, time=100.0),
-        Event(JobState.STARTING, 1, time=110.0),
-        Event(JobState.RUNNING, 1, time=115.0),
-        Event(RESTARTING, 1, time=140.0),
-        Event(JobState.STARTING, 2, time=141.0),
-        Event(JobState.SUCCEEDED, 2, time=171.0),
-    ]
-    usage = usage_from_events(events, gpus=4)
-    assert usage.running_seconds == 60.0
-    assert usage.gpu_seconds == 240.0
-    assert usage.attempts == 2
-    running = usage_from_events(events[:3], gpus=4, now=120.0)
-    assert running.gpu_seconds == 40.0
+def test_events_and_status_round_trip_and_read_incrementally(tmp_path):
+    run = make(RunStore(tmp_path))
+    first = [Event(EventType.QUEUED, 0, "waiting", 1.0), Event(EventType.STARTING, 1, "", 2.0)]
+    run.record(first, JobStatus(JobState.STARTING, 1, "starting", 2.0))
+    batch = run.events()
+    assert batch.items == first
+    run.record([Event(EventType.RUNNING, 1, "running", 3.0)], JobStatus(JobState.RUNNING, 1))
+    more = run.events(since=batch.next)
+    assert [e.type for e in more.items] == [EventType.RUNNING]
+    assert run.events(since=more.next).items == []
+    assert run.status() == JobStatus(JobState.RUNNING, 1)
+    assert json.loads(run.status_path.read_text()) == {"state": "RUNNING", "attempt": 1}
+
+
+def test_a_job_without_readable_meta_is_reported_not_guessed(tmp_path):
+    run = make(RunStore(tmp_path))
+    run.meta_path.write_text("{not json")
+    with pytest.raises(JobNotFound, match=r"no readable meta\.json"):
+        run.meta()
+    assert isinstance(make(RunStore(tmp_path)).meta(), JobMeta)
+
+
+def _log(tmp_path: Path, text: bytes) -> RunDir:
+    run = RunDir(tmp_path / "u" / "job-1")
+    run.logs_dir.mkdir(parents=True)
+    run.rank_log(0).write_bytes(text)
+    return run
+
+
+def test_log_tail_reads_the_last_lines_only(tmp_path):
+    lines = b"".join(b"line %d\n" % i for i in range(100000))
+    run = _log(tmp_path, lines)
+    chunk = run.log(0, tail=3)
+    assert chunk.text == "line 99997\nline 99998\nline 99999\n"
+    assert (chunk.offset, chunk.next, chunk.size) == (len(lines) - 33, len(lines), len(lines))
+    assert run.log(0, tail=0).text == ""
+    big = run.log(0, tail=100000)  # more than one read returns: cut at a line start
+    assert len(big.text.encode()) <= 1 << 20 and big.text.startswith("line ")
+    assert big.offset == len(lines) - len(big.text.encode()) and big.next == len(lines)
+    no_newline = _log(tmp_path / "b", b"a\nb\nc").log(0, tail=2)
+    assert no_newline.text == "b\nc"
+
+
+def test_log_from_an_offset_never_splits_a_character(tmp_path):
+    text = "héllo wörld\n".encode()
+    run = _log(tmp_path, text)
+    first = run.log(0, offset=0, limit=2)  # "h" and half of "é"
+    assert (first.text, first.next) == ("h", 1)
+    rest = run.log(0, offset=first.next)
+    assert rest.text == "éllo wörld\n" and rest.next == len(text)
+    assert run.log(0, offset=rest.next).text == ""
+    assert run.log(0, offset=10**9).text == ""
+    assert run.log(7).text == "" and run.log(7).size == 0
+
+
+def test_log_reads_are_bounded(tmp_path):
+    run = _log(tmp_path, b"x" * 5_000_000)
+    whole = run.log(0)
+    assert len(whole.text) == 1 << 20 and whole.next == 5_000_000
+    with pytest.raises(ValueError, match="tail or offset"):
+        run.log(0, tail=1, offset=0)
+    with pytest.raises(ValueError, match="tail must be between"):
+        run.log(0, tail=10**9)
 
 
 def test_store_root_from_environment(tmp_path, monkeypatch):

@@ -15,7 +15,6 @@ from aviflow import tracking
 @pytest.fixture
 def local_run(tmp_path, monkeypatch):
     monkeypatch.delenv("AVIFLOW_RUN_DIR", raising=False)
-    monkeypatch.delenv("AVIFLOW_CHECKPOINT_DIR", raising=False)
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path / ".aviflow" / "run"
@@ -52,7 +51,7 @@ def test_checkpoints_and_resume_in_a_notebook_process(local_run):
         accelerator.log({"loss": 1.0 / step}, step=step)
         aviflow.save_checkpoint(accelerator, step)
     assert aviflow.checkpoint_dir() == local_run / "checkpoints"
-    assert [c["step"] for c in tracking.checkpoints()] == [2, 3, 4]  # keepLast default 3
+    assert [c.step for c in tracking.checkpoints()] == [2, 3, 4]  # keepLast default 3
     with torch.no_grad():
         model.weight.fill_(42.0)
     assert aviflow.resume(accelerator) == 4

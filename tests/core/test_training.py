@@ -17,7 +17,7 @@ import pytest
 import aviflow
 from aviflow import _procs
 from aviflow.backends.local import LocalBackend
-from aviflow.status import RESTARTING, JobState
+from aviflow.records import JobState
 
 pytestmark = pytest.mark.training
 
@@ -55,8 +55,8 @@ def test_two_nodes_train_and_results_come_back(local_backend, leftover_processes
     frame = job.metrics()
     assert list(frame["step"]) == list(range(1, 31))
 
-    assert [c["step"] for c in job.checkpoints()] == [20, 30]  # keepLast: 2
-    latest = Path(job.latest_checkpoint()["path"])
+    assert [c.step for c in job.checkpoints()] == [20, 30]  # keepLast: 2
+    latest = job.checkpoint_path()
     assert latest.name == "step-000000030"
     assert {p.name for p in latest.iterdir()} >= {
         "model.safetensors",
@@ -119,10 +119,10 @@ def test_accelerate_test_script_as_2x2_fails_where_bare_accelerate_fails(local_b
     )
     assert job.wait(timeout=WAIT) == JobState.FAILED
     failure = job.failure
-    assert failure["rank"] in (2, 3)
-    assert failure["exception"] == "AssertionError"
-    assert "in test_split_between_processes_tensor" in failure["traceback"]
-    assert "torch.Size([0, 4]) != torch.Size([1, 4])" in failure["message"]
+    assert failure.rank in (2, 3)
+    assert failure.exception == "AssertionError"
+    assert "in test_split_between_processes_tensor" in failure.traceback
+    assert "torch.Size([0, 4]) != torch.Size([1, 4])" in failure.message
 
 
 def test_one_rank_raising_fails_the_job_with_its_traceback(local_backend, leftover_processes):
@@ -131,15 +131,15 @@ def test_one_rank_raising_fails_the_job_with_its_traceback(local_backend, leftov
     )
     assert job.wait(timeout=WAIT) == JobState.FAILED
     failure = job.failure
-    assert failure["rank"] == 2
-    assert failure["node"] == 1
-    assert failure["exception"] == "RuntimeError"
-    assert failure["message"] == "injected failure on rank 2 at step 3"
+    assert failure.rank == 2
+    assert failure.node == 1
+    assert failure.exception == "RuntimeError"
+    assert failure.message == "injected failure on rank 2 at step 3"
     assert (
         'raise RuntimeError(f"injected failure on rank {fail_rank} at step {step}")'
-        in failure["traceback"]
+        in failure.traceback
     )
-    assert job.status_record()["message"] == "rank 2 failed"
+    assert job.status_record().message == "rank 2 on node 1 failed"
     assert states(job)[-1] == "FAILED"
     assert "RuntimeError: injected failure on rank 2 at step 3" in job.logs(rank=2)
     assert leftover_processes(job.id) == []
@@ -165,12 +165,12 @@ def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(
         backend=local_backend,
     )
     deadline = time.monotonic() + WAIT
-    while not any(c["step"] >= 10 for c in job.checkpoints()):
+    while not any(c.step >= 10 for c in job.checkpoints()):
         assert time.monotonic() < deadline and not job.status.is_finished(), job.logs(tail=40)
         time.sleep(0.2)
     victim = _rank_process(job.id, 1)
     os.kill(victim.pid, signal.SIGKILL)
-    killed_at = max(c["step"] for c in job.checkpoints())
+    killed_at = max(c.step for c in job.checkpoints())
 
     assert job.wait(timeout=WAIT) == JobState.SUCCEEDED, job.logs(tail=60)
     kinds = states(job)
@@ -178,14 +178,14 @@ def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(
         "QUEUED",
         "STARTING",
         "RUNNING",
-        RESTARTING,
+        "RESTARTING",
         "STARTING",
         "RUNNING",
         "SUCCEEDED",
     ]
-    restart = next(e for e in job.events() if e.type == RESTARTING)
+    restart = next(e for e in job.events() if e.type == "RESTARTING")
     assert restart.attempt == 1
-    assert restart.data["rank"] == 1
+    assert restart.failure.rank == 1
 
     rows = job.metric_rows()
     second = [r["step"] for r in rows if r["attempt"] == 2]
@@ -231,9 +231,9 @@ def test_capacity_queues_jobs_fifo(run_root, leftover_processes):
         time.sleep(0.2)
     time.sleep(1.0)
     assert second.status == JobState.QUEUED
-    assert second.status_record()["queuePosition"] == 1
+    assert second.status_record().queue_position == 1
     assert third.status == JobState.QUEUED  # FIFO: no overtaking, even though it would fit later
-    assert third.status_record()["queuePosition"] == 2
+    assert third.status_record().queue_position == 2
     for job in (first, second, third):
         assert job.wait(timeout=WAIT) == JobState.SUCCEEDED, job.logs(tail=30)
     first_end = first.events()[-1].time
@@ -259,7 +259,7 @@ def test_time_limit_is_enforced(local_backend, leftover_processes):
         backend=local_backend,
     )
     assert job.wait(timeout=WAIT) == JobState.FAILED
-    assert job.status_record()["message"] == "timeLimit 15s exceeded"
+    assert job.status_record().message == "timeLimit 15s exceeded"
     events = job.events()
     start = next(e.time for e in events if e.type == "STARTING")
     assert 15 <= events[-1].time - start < 60

@@ -1,0 +1,69 @@
+"""``StoreReads``: the read half of the backend contract, over a run store.
+
+A backend whose jobs live in a :class:`~aviflow.store.RunStore` it can read (the local
+backend; the Kubernetes backend, which mounts the shared store) mixes this in and only
+implements ``submit``, ``status`` and ``cancel``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aviflow.records import (
+    Batch,
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    LogChunk,
+    MetricRow,
+)
+from aviflow.spec import TrainJob
+from aviflow.store import RunDir, RunStore
+
+
+class StoreReads:
+    """Reads of :class:`~aviflow.backends.base.Backend` through ``self.store``."""
+
+    store: RunStore
+
+    def run_dir(self, job_id: str) -> RunDir:
+        """The job's run-store directory (raises JobNotFound)."""
+        return self.store.get(job_id)
+
+    def list_ids(self, newest: int | None = None) -> list[str]:
+        return self.store.ids(newest)
+
+    def spec(self, job_id: str) -> TrainJob:
+        return self.run_dir(job_id).spec()
+
+    def meta(self, job_id: str) -> JobMeta:
+        return self.run_dir(job_id).meta()
+
+    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
+        return self.run_dir(job_id).events(since)
+
+    def metrics(
+        self, job_id: str, since: int = 0, after_step: int | None = None
+    ) -> Batch[MetricRow]:
+        batch = self.run_dir(job_id).metrics(since)
+        if after_step is None:
+            return batch
+        return Batch([r for r in batch.items if r.step > after_step], batch.next)
+
+    def ranks(self, job_id: str) -> list[int]:
+        return self.run_dir(job_id).ranks()
+
+    def log(
+        self, job_id: str, rank: int, *, tail: int | None = None, offset: int | None = None
+    ) -> LogChunk:
+        return self.run_dir(job_id).log(rank, tail=tail, offset=offset)
+
+    def checkpoints(self, job_id: str) -> list[CheckpointRef]:
+        return self.run_dir(job_id).checkpoints()
+
+    def failures(self, job_id: str) -> list[FailureInfo]:
+        return self.run_dir(job_id).failures()
+
+    def checkpoint_path(self, ref: CheckpointRef) -> Path:
+        return self.store.checkpoint_path(ref)

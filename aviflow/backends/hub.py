@@ -1,0 +1,203 @@
+"""``HubBackend``: the ``hub`` backend, an HTTP client of the hub's aviflow-api service.
+
+A notebook spawned by the hub has ``$AVIFLOW_API_URL`` (the service's base URL) and
+``$JUPYTERHUB_API_TOKEN``; with both set, :func:`aviflow.backends.get_backend` picks this
+backend, so ``%%aviflow_train`` and ``aviflow.submit`` go through the service, which checks
+the user's identity, team and queue. Every read is one request and incremental where the
+data grows (events, metrics, logs); a job's spec and meta never change and are fetched once.
+Errors come back as the class the service raised (:func:`aviflow.errors.from_wire`).
+
+Checkpoints are read where the notebook mounts the run store: ``$AVIFLOW_RUNS_MOUNT``.
+
+>>> HubBackend("http://127.0.0.1:8000/services/aviflow-api/", token="...")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from aviflow.backends.base import Backend
+from aviflow.bundle import CodeBundle
+from aviflow.errors import BackendError, from_wire
+from aviflow.records import (
+    Batch,
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    JobStatus,
+    JobSummary,
+    LogChunk,
+    MetricRow,
+    Owner,
+    QueueQuota,
+)
+from aviflow.spec import TrainJob
+from aviflow.store import RunStore
+
+API_URL_ENV = "AVIFLOW_API_URL"
+TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
+RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
+
+
+class HubBackend(Backend):
+    """Submit and read jobs through aviflow-api with a JupyterHub token."""
+
+    name = "hub"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 120,
+        runs_mount: str | Path | None = None,
+    ) -> None:
+        url = url or os.environ.get(API_URL_ENV)
+        token = token or os.environ.get(TOKEN_ENV)
+        if not url or not token:
+            raise BackendError(
+                f"the hub backend needs ${API_URL_ENV} and ${TOKEN_ENV} "
+                "(set in notebooks the hub starts)"
+            )
+        self.base = url.rstrip("/") + "/api/v1/"
+        self.token = token
+        self.timeout = timeout
+        mount = runs_mount or os.environ.get(RUNS_MOUNT_ENV)
+        self.runs_mount = Path(mount) if mount else None
+        self._specs: dict[str, TrainJob] = {}
+        self._metas: dict[str, JobMeta] = {}
+
+    def __repr__(self) -> str:
+        return f"HubBackend({self.base!r})"
+
+    # -- transport -------------------------------------------------------------------------------
+    def request(
+        self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None
+    ) -> Any:
+        """One request; a refusal is raised as the error class the service sent."""
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        url = self.base + path + (("?" + urlencode(params)) if params else "")
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"token {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = None
+            if not isinstance(payload, dict):
+                payload = {}
+            raise from_wire(
+                payload, exc.code, f"aviflow-api refused {method} {path} ({exc.code} {exc.reason})"
+            ) from None
+        except urllib.error.URLError as exc:
+            raise BackendError(f"cannot reach aviflow-api at {self.base}: {exc.reason}") from None
+
+    def _job(self, job_id: str, part: str = "", **query: Any) -> Any:
+        path = f"jobs/{quote(job_id, safe='')}" + (f"/{part}" if part else "")
+        return self.request("GET", path, query=query)
+
+    # -- the interface ---------------------------------------------------------------------------
+    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+        """Submit through the service; the owner is the token's user (``owner`` is ignored)."""
+        payload = {
+            "spec": job.to_dict(),
+            "bundle": {
+                "files": {n: base64.b64encode(b).decode() for n, b in bundle.files.items()},
+                "entrypoint": bundle.entrypoint,
+                "accelerateConfig": bundle.accelerate_config,
+                "origin": bundle.origin,
+            },
+        }
+        return str(self.request("POST", "jobs", payload)["id"])
+
+    def status(self, job_id: str) -> JobStatus:
+        return JobStatus.from_dict(self._job(job_id, "status"))
+
+    def cancel(self, job_id: str) -> bool:
+        found = self.request("POST", f"jobs/{quote(job_id, safe='')}/cancel", {})
+        return bool(found["cancelled"])
+
+    def list_ids(self, newest: int | None = None) -> list[str]:
+        return [s.id for s in reversed(self.summaries(newest))]
+
+    def summaries(self, limit: int | None = None) -> list[JobSummary]:
+        rows = self.request("GET", "jobs", query={"limit": limit})["jobs"]
+        return [JobSummary.from_dict(r) for r in rows]
+
+    def spec(self, job_id: str) -> TrainJob:
+        if job_id not in self._specs:
+            self._fetch(job_id)
+        return self._specs[job_id]
+
+    def meta(self, job_id: str) -> JobMeta:
+        if job_id not in self._metas:
+            self._fetch(job_id)
+        return self._metas[job_id]
+
+    def _fetch(self, job_id: str) -> None:
+        found = self._job(job_id)
+        self._specs[job_id] = TrainJob.from_dict(found["spec"])
+        self._metas[job_id] = JobMeta.from_dict(found["meta"])
+
+    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
+        found = self._job(job_id, "events", since=since)
+        return Batch([Event.from_dict(e) for e in found["events"]], int(found["next"]))
+
+    def metrics(
+        self, job_id: str, since: int = 0, after_step: int | None = None
+    ) -> Batch[MetricRow]:
+        found = self._job(job_id, "metrics", since=since, afterStep=after_step)
+        return Batch([MetricRow.from_dict(r) for r in found["rows"]], int(found["next"]))
+
+    def ranks(self, job_id: str) -> list[int]:
+        return [int(r) for r in self._job(job_id, "logs")["ranks"]]
+
+    def log(
+        self, job_id: str, rank: int, *, tail: int | None = None, offset: int | None = None
+    ) -> LogChunk:
+        return LogChunk.from_dict(self._job(job_id, f"logs/{int(rank)}", tail=tail, offset=offset))
+
+    def checkpoints(self, job_id: str) -> list[CheckpointRef]:
+        return [CheckpointRef.from_dict(c) for c in self._job(job_id, "checkpoints")["checkpoints"]]
+
+    def failures(self, job_id: str) -> list[FailureInfo]:
+        return [FailureInfo.from_dict(f) for f in self._job(job_id, "failures")["failures"]]
+
+    def checkpoint_path(self, ref: CheckpointRef) -> Path:
+        if self.runs_mount is None:
+            raise BackendError(
+                f"this notebook does not mount the run store (${RUNS_MOUNT_ENV} is not set), "
+                f"so checkpoint step {ref.step} of {ref.job_id} cannot be loaded here"
+            )
+        return RunStore(self.runs_mount).checkpoint_path(ref)
+
+    # -- queues and usage ------------------------------------------------------------------------
+    def queues(self) -> list[QueueQuota]:
+        return [QueueQuota.from_dict(q) for q in self.request("GET", "queues")["queues"]]
+
+    def quota(self, queue: str) -> QueueQuota | None:
+        """The queue's GPU quota and current use as aviflow-api reports it; ``default`` is the
+        user's team queue when they have one. None: not one of the user's queues."""
+        queues = self.queues()
+        if queue == "default" and len(queues) == 1:
+            return queues[0]
+        return next((q for q in queues if q.queue == queue), None)
+
+    def usage(self, by: str = "team") -> list[dict[str, Any]]:
+        rows = self.request("GET", "usage", query={"by": by})["rows"]
+        return list(rows)

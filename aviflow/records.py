@@ -1,0 +1,528 @@
+"""The typed records that cross every boundary: process, file, HTTP and ledger.
+
+Each record has one serialization, ``to_dict()`` / ``from_dict()``, used in the run store's
+files (``status.json``, ``events.jsonl``, ``failures/*.json``), on aviflow-api's wire and
+by the ledger. Keys are camelCase, as in the TrainJob spec and Kubernetes objects.
+``from_dict`` ignores keys it does not know (a newer writer may add some) and never
+guesses a missing required one.
+
+The status keys (``status.json``, ``GET /jobs/{id}/status``; see :class:`JobStatus`)::
+
+    state          QUEUED | STARTING | RUNNING | SUCCEEDED | FAILED | CANCELLED
+    attempt        0 while queued the first time, then 1, 2, ... (one per admission)
+    message        why the job is where it is ("waiting for 4 GPU slots ...", "rank 1 failed")
+    updated        when the status last changed (Unix seconds)
+    queuePosition  1-based position among waiting jobs, while QUEUED (else absent)
+    failure        the first failing rank of a FAILED job (a FailureInfo), else absent
+
+>>> JobStatus.from_dict({"state": "RUNNING", "attempt": 2}).state.is_active()
+True
+>>> EventType.PREEMPTED.ends_attempt()
+True
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class JobState(StrEnum):
+    """Where a job is. Finished states are final."""
+
+    QUEUED = "QUEUED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+    def is_active(self) -> bool:
+        """Holds capacity: starting or running."""
+        return self in (JobState.STARTING, JobState.RUNNING)
+
+
+_FINISHED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class EventType(StrEnum):
+    """The types of a job's lifecycle events: every state, and how an attempt ends.
+
+    ``RESTARTING``: a rank failed and the whole group restarts from the latest checkpoint
+    (counts against ``maxRestarts``). ``EVICTED``: the attempt lost its admission (a node
+    went away, an admin drained it); ``PREEMPTED``: a higher-priority or borrowing-back
+    workload took its quota. Both requeue the job without counting against ``maxRestarts``.
+    """
+
+    QUEUED = "QUEUED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    RESTARTING = "RESTARTING"
+    EVICTED = "EVICTED"
+    PREEMPTED = "PREEMPTED"
+
+    def ends_attempt(self) -> bool:
+        """Whether an event of this type ends the attempt that is running."""
+        return self in _ENDS_ATTEMPT
+
+    def state(self) -> JobState | None:
+        """The job state this event moves the job to (None: it is not a state)."""
+        return JobState(self.value) if self.value in JobState.__members__ else None
+
+
+_ENDS_ATTEMPT = frozenset(
+    {
+        EventType.RESTARTING,
+        EventType.EVICTED,
+        EventType.PREEMPTED,
+        EventType.SUCCEEDED,
+        EventType.FAILED,
+        EventType.CANCELLED,
+    }
+)
+# Failures that are consequences of another rank failing first (see aviflow.failures).
+_COMM_TYPES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError", "DistError"})
+_COMM_TEXT = re.compile(
+    r"gloo|nccl|connection (closed|reset) by peer|broken pipe|socket timeout|timed out|"
+    r"processgroup|collective operation timeout|watchdog",
+    re.IGNORECASE,
+)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class FailureInfo:
+    """Why a rank (or a node) failed: written by a rank that raised (``failures/``), and, for
+    a FAILED or RESTARTING job, the first failing rank the lifecycle attributed.
+
+    ``exception`` is the exception's class name, ``"Signal"`` for a rank killed by a signal,
+    or empty when only an exit code is known (then ``logTail`` has the node's last output).
+    """
+
+    rank: int | None = None
+    node: int | None = None
+    attempt: int = 0
+    exception: str = ""
+    message: str = ""
+    traceback: str = ""
+    exit_code: int | None = None
+    log_tail: str = ""
+    time: float | None = None
+    pid: int | None = None
+
+    def is_communication_error(self) -> bool:
+        """A consequence of a peer failing (gloo/NCCL errors), not a root cause."""
+        return self.exception in _COMM_TYPES or bool(_COMM_TEXT.search(self.message))
+
+    def where(self) -> str:
+        """``rank 1 on node 0``, ``node 1`` or ``a process``."""
+        if self.rank is not None:
+            return f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+        return f"node {self.node}" if self.node is not None else "a process"
+
+    def what(self) -> str:
+        """``ValueError: boom``, ``exit code 3`` or ``""``."""
+        head = self.exception or (
+            f"exit code {self.exit_code}" if self.exit_code is not None else ""
+        )
+        return f"{head}: {self.message}" if self.message and head else (head or self.message)
+
+    def detail(self) -> str:
+        """The traceback, else the last lines of output."""
+        return self.traceback or self.log_tail
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "node": self.node,
+            "attempt": self.attempt,
+            "exception": self.exception,
+            "message": self.message,
+            "traceback": self.traceback,
+            "exitCode": self.exit_code,
+            "logTail": self.log_tail,
+            "time": self.time,
+            "pid": self.pid,
+        }
+        return {k: v for k, v in out.items() if v is not None and v != ""}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FailureInfo:
+        return cls(
+            rank=_opt_int(d.get("rank")),
+            node=_opt_int(d.get("node")),
+            attempt=int(d.get("attempt") or 0),
+            exception=str(d.get("exception") or ""),
+            message=str(d.get("message") or ""),
+            traceback=str(d.get("traceback") or ""),
+            exit_code=_opt_int(d.get("exitCode")),
+            log_tail=str(d.get("logTail") or ""),
+            time=_opt_float(d.get("time")),
+            pid=_opt_int(d.get("pid")),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a job's append-only event log."""
+
+    type: EventType
+    attempt: int = 0
+    message: str = ""
+    time: float = field(default_factory=time.time)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failure(self) -> FailureInfo | None:
+        """The failure an attempt-ending event carries (``data.failure``), if any."""
+        found = self.data.get("failure")
+        return FailureInfo.from_dict(found) if isinstance(found, Mapping) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type.value, "attempt": self.attempt, "time": self.time}
+        if self.message:
+            out["message"] = self.message
+        if self.data:
+            out["data"] = self.data
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Event:
+        return cls(
+            type=EventType(d["type"]),
+            attempt=int(d.get("attempt") or 0),
+            message=str(d.get("message") or ""),
+            time=float(d["time"]),
+            data=dict(d.get("data") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's current status (``status.json``); the keys are listed in the module doc."""
+
+    state: JobState = JobState.QUEUED
+    attempt: int = 0
+    message: str = ""
+    updated: float | None = None
+    queue_position: int | None = None
+    failure: FailureInfo | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.state.value, "attempt": self.attempt}
+        if self.message:
+            out["message"] = self.message
+        if self.updated is not None:
+            out["updated"] = self.updated
+        if self.queue_position is not None:
+            out["queuePosition"] = self.queue_position
+        if self.failure is not None:
+            out["failure"] = self.failure.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobStatus:
+        failure = d.get("failure")
+        return cls(
+            state=JobState(d.get("state") or JobState.QUEUED),
+            attempt=int(d.get("attempt") or 0),
+            message=str(d.get("message") or ""),
+            updated=_opt_float(d.get("updated")),
+            queue_position=_opt_int(d.get("queuePosition")),
+            failure=FailureInfo.from_dict(failure) if isinstance(failure, Mapping) else None,
+        )
+
+
+@dataclass(frozen=True, order=True)
+class CheckpointRef:
+    """A complete checkpoint: which job, which step. Where it lives is the reader's business
+    (``RunStore.checkpoint_path(ref)`` against the reader's own mount of the run store)."""
+
+    job_id: str
+    step: int
+    time: float | None = field(default=None, compare=False)
+    attempt: int | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"job": self.job_id, "step": self.step}
+        if self.time is not None:
+            out["time"] = self.time
+        if self.attempt is not None:
+            out["attempt"] = self.attempt
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckpointRef:
+        return cls(
+            job_id=str(d["job"]),
+            step=int(d["step"]),
+            time=_opt_float(d.get("time")),
+            attempt=_opt_int(d.get("attempt")),
+        )
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A job waiting in a queue, as a queue listing shows it."""
+
+    id: str
+    user: str
+    position: int
+    gpus: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "user": self.user, "position": self.position, "gpus": self.gpus}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PendingJob:
+        return cls(str(d["id"]), str(d.get("user") or ""), int(d["position"]), int(d["gpus"]))
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """A queue's GPU quota and what it holds now (local backend, aviflow-api, Kueue).
+
+    ``gpu_quota`` is the nominal quota (None: unlimited); ``borrowed`` is what the queue holds
+    beyond it from its cohort; ``pending`` lists the waiting jobs the reader may see.
+    """
+
+    queue: str
+    gpu_quota: int | None
+    gpus_in_use: int = 0
+    pending_count: int = 0
+    team: str | None = None
+    borrowed: int = 0
+    pending: tuple[PendingJob, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "team": self.team,
+            "gpuQuota": self.gpu_quota,
+            "gpusInUse": self.gpus_in_use,
+            "pendingCount": self.pending_count,
+            "borrowed": self.borrowed,
+            "pending": [p.to_dict() for p in self.pending],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> QueueQuota:
+        return cls(
+            queue=str(d["queue"]),
+            gpu_quota=_opt_int(d.get("gpuQuota")),
+            gpus_in_use=int(d.get("gpusInUse") or 0),
+            pending_count=int(d.get("pendingCount") or 0),
+            team=d.get("team"),
+            borrowed=int(d.get("borrowed") or 0),
+            pending=tuple(PendingJob.from_dict(p) for p in d.get("pending") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a job belongs to: the submitting user and, through the hub, their team."""
+
+    user: str
+    team: str | None = None
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """What was recorded at submission (``meta.json``); never changes afterwards."""
+
+    id: str
+    name: str
+    user: str
+    submitted: float
+    team: str | None = None
+    backend: str = ""
+    code_hash: str = ""
+    origin: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "user": self.user,
+            "team": self.team,
+            "submitted": self.submitted,
+            "backend": self.backend,
+            "codeHash": self.code_hash,
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobMeta:
+        return cls(
+            id=str(d["id"]),
+            name=str(d.get("name") or ""),
+            user=str(d.get("user") or ""),
+            submitted=float(d.get("submitted") or 0.0),
+            team=d.get("team"),
+            backend=str(d.get("backend") or ""),
+            code_hash=str(d.get("codeHash") or ""),
+            origin=dict(d.get("origin") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One row of a job listing: everything a list view shows, in one record."""
+
+    id: str
+    name: str
+    user: str
+    team: str | None
+    queue: str
+    nodes: int
+    gpus_per_node: int
+    state: JobState
+    attempt: int = 0
+    message: str = ""
+    queue_position: int | None = None
+    submitted: float = 0.0
+    updated: float | None = None
+    finished: float | None = None
+    gpu_seconds: float = 0.0
+    failure: FailureInfo | None = None
+    origin: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "user": self.user,
+            "team": self.team,
+            "queue": self.queue,
+            "nodes": self.nodes,
+            "gpusPerNode": self.gpus_per_node,
+            "gpus": self.gpus,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "message": self.message,
+            "queuePosition": self.queue_position,
+            "submitted": self.submitted,
+            "updated": self.updated,
+            "finished": self.finished,
+            "gpuSeconds": self.gpu_seconds,
+            "origin": self.origin,
+        }
+        if self.failure is not None:
+            out["failure"] = self.failure.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobSummary:
+        failure = d.get("failure")
+        return cls(
+            id=str(d["id"]),
+            name=str(d.get("name") or ""),
+            user=str(d.get("user") or ""),
+            team=d.get("team"),
+            queue=str(d.get("queue") or ""),
+            nodes=int(d["nodes"]),
+            gpus_per_node=int(d["gpusPerNode"]),
+            state=JobState(d["state"]),
+            attempt=int(d.get("attempt") or 0),
+            message=str(d.get("message") or ""),
+            queue_position=_opt_int(d.get("queuePosition")),
+            submitted=float(d.get("submitted") or 0.0),
+            updated=_opt_float(d.get("updated")),
+            finished=_opt_float(d.get("finished")),
+            gpu_seconds=float(d.get("gpuSeconds") or 0.0),
+            failure=FailureInfo.from_dict(failure) if isinstance(failure, Mapping) else None,
+            origin=dict(d.get("origin") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One logged step: ``values`` maps metric names to numbers (or strings)."""
+
+    step: int
+    time: float
+    attempt: int
+    values: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "time": self.time,
+            "attempt": self.attempt,
+            "values": self.values,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> MetricRow:
+        return cls(
+            step=int(d["step"]),
+            time=float(d["time"]),
+            attempt=int(d.get("attempt") or 1),
+            values=dict(d.get("values") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Batch(Generic[T]):
+    """Records read from a cursor on, and the cursor to read from next time.
+
+    Cursors are opaque non-negative integers (byte offsets in the run store); ``0`` is the
+    beginning. A reader keeps ``next`` and passes it back as ``since``.
+    """
+
+    items: list[T]
+    next: int
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Part of one rank's log: ``text`` spans bytes ``[offset, next)`` of the file, whose size
+    was ``size`` when read. ``next`` is where an incremental reader continues."""
+
+    rank: int
+    text: str
+    offset: int
+    next: int
+    size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "text": self.text,
+            "offset": self.offset,
+            "next": self.next,
+            "size": self.size,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LogChunk:
+        return cls(
+            rank=int(d["rank"]),
+            text=str(d.get("text") or ""),
+            offset=int(d.get("offset") or 0),
+            next=int(d.get("next") or 0),
+            size=int(d.get("size") or 0),
+        )
