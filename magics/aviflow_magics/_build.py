@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from aviflow.spec import API_VERSION, KIND, TrainJob
-from aviflow_magics._options import OptionError, TrainOptions
+from aviflow.spec import API_VERSION, KIND, AccelerateSpec, TrainJob, TrainJobSpec
+from aviflow_magics._options import ACCELERATE_FIELDS, SPEC_FIELDS, OptionError, TrainOptions
 
 DEFAULT_NAME = "notebook"
 # Keys of ``spec`` the cell replaces: the cell body *is* the script.
@@ -59,25 +59,27 @@ def build_job(
     if options.name is not None:
         data["metadata"]["name"] = options.name
     data["metadata"].setdefault("name", default_name)
-    flags = {
-        "nodes": options.nodes,
-        "gpusPerNode": options.gpus_per_node,
-        "queue": options.queue,
-        "image": options.image,
-        "timeLimit": options.time_limit,
-        "maxRestarts": options.max_restarts,
-    }
-    spec.update({k: v for k, v in flags.items() if v is not None})
+    for name in SPEC_FIELDS:
+        value = getattr(options, name)
+        if value is not None:
+            spec[spec_key(TrainJobSpec, name)] = value
     if options.env:
         spec["env"] = {**(spec.get("env") or {}), **options.env}
-    if options.mixed_precision is not None or options.accelerate_config is not None:
-        accel = dict(spec.get("accelerate") or {})
-        if options.mixed_precision is not None:
-            accel["mixedPrecision"] = options.mixed_precision
-        if options.accelerate_config is not None:
-            accel["configFile"] = options.accelerate_config
-        spec["accelerate"] = accel
+    accel_flags = {
+        spec_key(AccelerateSpec, field): getattr(options, option)
+        for option, field in ACCELERATE_FIELDS.items()
+        if getattr(options, option) is not None
+    }
+    if accel_flags:
+        key = spec_key(TrainJobSpec, "accelerate")
+        spec[key] = {**(spec.get(key) or {}), **accel_flags}
     return TrainJob.from_dict(data)
+
+
+def spec_key(model: Any, field: str) -> str:
+    """The YAML key of ``model``'s field ``field`` (its alias)."""
+    info = model.model_fields[field]
+    return str(info.alias or field)
 
 
 def gpu_hours_requested(job: TrainJob) -> float | None:

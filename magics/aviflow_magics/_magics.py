@@ -66,6 +66,7 @@ class AviflowMagics(Magics):
         from aviflow import api
         from aviflow.backends import get_backend
         from aviflow.bundle import build_bundle
+        from aviflow.store import VARS_FILE
         from aviflow_magics import _build, _origin, _resume, _vars
         from aviflow_magics._job import NotebookJob
 
@@ -79,24 +80,27 @@ class AviflowMagics(Magics):
                 raise OptionError(f"--spec: {options.spec} does not exist or is not a file")
             base = TrainJob.load(path).to_dict()
         origin = _origin.make_origin(
-            cell, ns, self.cell_id, getattr(self.shell, "execution_count", None))
+            cell, ns, self.cell_id, getattr(self.shell, "execution_count", None)
+        )
         name = _origin.default_name(origin["notebook"]) or _build.DEFAULT_NAME
         job = _build.build_job(options, cell, base=base, default_name=name)
         extra: dict[str, bytes] = {}
         if options.vars:
-            extra[_vars.VARS_FILE] = _vars.pickle_vars(options.vars, ns)
+            extra[VARS_FILE] = _vars.pickle_vars(options.vars, ns)
         backend = get_backend(options.backend)
         start = _resume.find_resume_checkpoint(backend, options.resume, job.metadata.name, origin)
         if start is not None:
-            extra.update(_resume.init_checkpoint_file(start))
+            job = job.with_changes(resumeFrom={"job": start.job_id, "step": start.step})
         if options.dry_run:
             from aviflow_magics._dryrun import dry_run
 
             bundle = build_bundle(job, extra_files=extra, origin=origin)
             notes = []
             if options.resume == "auto" and start is None:
-                notes.append("--resume auto: no previous checkpoint of this cell or name; starts fresh")
-            return dry_run(job, backend, bundle.files, resume_from=start, notes=notes, origin=origin)
+                notes.append(
+                    "--resume auto: no previous checkpoint of this cell or name; starts fresh"
+                )
+            return dry_run(job, backend, bundle.files, notes=notes, origin=origin)
         submitted = api.submit(job, backend=backend, extra_files=extra, origin=origin)
         handle = NotebookJob(submitted.id, submitted.backend)
         if options.out:
@@ -126,14 +130,16 @@ class AviflowMagics(Magics):
 
         Example: %aviflow_jobs --limit 5
         """
-        ns = self._parse_small(line, [("--backend", str, None), ("--limit", int, 20)], "%aviflow_jobs")
+        ns = self._parse_small(
+            line, [("--backend", str, None), ("--limit", int, 20)], "%aviflow_jobs"
+        )
         from aviflow.errors import AviflowError
         from aviflow_magics._table import jobs_table
 
         try:
-            from aviflow import api
+            from aviflow.backends import get_backend
 
-            return jobs_table(api.jobs(ns.backend), limit=ns.limit)
+            return jobs_table(get_backend(ns.backend), limit=ns.limit)
         except AviflowError as exc:
             raise UsageError(_one_line(exc)) from None
 
@@ -147,8 +153,12 @@ class AviflowMagics(Magics):
         Metrics, logs and checkpoints are replayed from the run store.
         Example: %aviflow_attach tiny-3f9a1c2b --out job
         """
-        ns = self._parse_small(line, [("--backend", str, None), ("--out", str, None)],
-                               "%aviflow_attach", positional="job_id")
+        ns = self._parse_small(
+            line,
+            [("--backend", str, None), ("--out", str, None)],
+            "%aviflow_attach",
+            positional="job_id",
+        )
         from aviflow import api
         from aviflow.errors import AviflowError
         from aviflow_magics._job import NotebookJob
@@ -165,8 +175,9 @@ class AviflowMagics(Magics):
         return handle
 
     @staticmethod
-    def _parse_small(line: str, options: list[tuple[str, type, Any]], prog: str,
-                     positional: str | None = None) -> argparse.Namespace:
+    def _parse_small(
+        line: str, options: list[tuple[str, type, Any]], prog: str, positional: str | None = None
+    ) -> argparse.Namespace:
         from aviflow_magics._options import _Parser
 
         parser = _Parser(prog=prog, add_help=False, allow_abbrev=False, exit_on_error=False)

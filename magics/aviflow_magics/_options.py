@@ -17,8 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from aviflow._specdefs import GPUS_PER_HGX_NODE, MIXED_PRECISION
+
 RESUME_MODES = ("auto", "never")
-MIXED_PRECISION = ("no", "fp16", "bf16")
+# Options that set a TrainJob ``spec`` field of the same (Python) name; the spec model gives
+# their YAML keys (``gpus_per_node`` -> ``gpusPerNode``) and checks their values.
+SPEC_FIELDS = ("nodes", "gpus_per_node", "queue", "image", "time_limit", "max_restarts")
+ACCELERATE_FIELDS = {"mixed_precision": "mixed_precision", "accelerate_config": "config_file"}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -87,7 +92,9 @@ def _identifier(text: str) -> str:
 def _var_list(text: str) -> tuple[str, ...]:
     names = [n.strip() for n in text.split(",")]
     if not text.strip() or any(not n for n in names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated names like 'data,config', got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated names like 'data,config', got {text!r}"
+        )
     for n in names:
         _identifier(n)
     if len(set(names)) != len(names):
@@ -137,43 +144,103 @@ def build_parser() -> argparse.ArgumentParser:
         exit_on_error=False,
     )
     a = p.add_argument
-    a("--nodes", type=_positive("--nodes"), metavar="N",
-      help="number of nodes (HGX machines), e.g. --nodes 2")
-    a("--gpus-per-node", type=_positive("--gpus-per-node"), metavar="N",
-      help="GPUs (processes) per node, 1-8, e.g. --gpus-per-node 8")
-    a("--queue", type=_nonempty, metavar="QUEUE",
-      help="queue to submit to, e.g. --queue research")
-    a("--name", type=_nonempty, metavar="NAME",
-      help="run name (default: the spec's, else the notebook's name), e.g. --name bert-base")
-    a("--image", type=_nonempty, metavar="IMAGE",
-      help="trainer image, e.g. --image registry.example.com/trainer:1.0")
-    a("--time-limit", type=_nonempty, metavar="DURATION",
-      help="stop the job after this long, e.g. --time-limit 90m or 2h")
-    a("--env", type=_env_pair, action="append", default=[], metavar="K=V",
-      help="environment variable for every rank, repeatable, e.g. --env LR=3e-4")
-    a("--max-restarts", type=_positive("--max-restarts", 0), metavar="N",
-      help="restart all ranks from the latest checkpoint up to N times, e.g. --max-restarts 2")
-    a("--resume", type=_resume, default="never", metavar="{auto,never,JOB_ID}",
-      help="start from a checkpoint: auto = the latest of this cell's or name's previous "
-           "jobs, JOB_ID = that job's latest; default never. e.g. --resume auto")
-    a("--mixed-precision", choices=MIXED_PRECISION,
-      help="accelerate mixed precision, e.g. --mixed-precision bf16")
-    a("--accelerate-config", type=_nonempty, metavar="FILE",
-      help="an `accelerate config` YAML (FSDP, DeepSpeed), e.g. --accelerate-config fsdp.yaml")
-    a("--spec", type=_nonempty, metavar="FILE",
-      help="TrainJob YAML to take defaults from; flags override, the cell is the script. "
-           "e.g. --spec train.yaml")
-    a("--vars", type=_var_list, metavar="A,B",
-      help="notebook variables to ship (cloudpickle); they are globals in the script. "
-           "e.g. --vars dataset,config")
-    a("--out", type=_identifier, metavar="NAME",
-      help="bind the Job handle to this notebook variable, e.g. --out job")
-    a("--dry-run", action="store_true",
-      help="show the resolved spec and the GPU-hours requested; submit nothing")
-    a("--wait", action="store_true",
-      help="show the panel and block until the job finishes")
-    a("--backend", type=_nonempty, metavar="NAME",
-      help="registered backend to submit to (default: $AVIFLOW_BACKEND or local), e.g. --backend local")
+    a(
+        "--nodes",
+        type=_positive("--nodes"),
+        metavar="N",
+        help="number of nodes (HGX machines), e.g. --nodes 2",
+    )
+    a(
+        "--gpus-per-node",
+        type=_positive("--gpus-per-node"),
+        metavar="N",
+        help=f"GPUs (processes) per node, 1-{GPUS_PER_HGX_NODE}, "
+        f"e.g. --gpus-per-node {GPUS_PER_HGX_NODE}",
+    )
+    a("--queue", type=_nonempty, metavar="QUEUE", help="queue to submit to, e.g. --queue research")
+    a(
+        "--name",
+        type=_nonempty,
+        metavar="NAME",
+        help="run name (default: the spec's, else the notebook's name), e.g. --name bert-base",
+    )
+    a(
+        "--image",
+        type=_nonempty,
+        metavar="IMAGE",
+        help="trainer image, e.g. --image registry.example.com/trainer:1.0",
+    )
+    a(
+        "--time-limit",
+        type=_nonempty,
+        metavar="DURATION",
+        help="stop the job after this long, e.g. --time-limit 90m or 2h",
+    )
+    a(
+        "--env",
+        type=_env_pair,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment variable for every rank, repeatable, e.g. --env LR=3e-4",
+    )
+    a(
+        "--max-restarts",
+        type=_positive("--max-restarts", 0),
+        metavar="N",
+        help="restart all ranks from the latest checkpoint up to N times, e.g. --max-restarts 2",
+    )
+    a(
+        "--resume",
+        type=_resume,
+        default="never",
+        metavar="{auto,never,JOB_ID}",
+        help="start from a checkpoint: auto = the latest of this cell's or name's previous "
+        "jobs, JOB_ID = that job's latest; default never. e.g. --resume auto",
+    )
+    a(
+        "--mixed-precision",
+        choices=MIXED_PRECISION,
+        help="accelerate mixed precision, e.g. --mixed-precision bf16",
+    )
+    a(
+        "--accelerate-config",
+        type=_nonempty,
+        metavar="FILE",
+        help="an `accelerate config` YAML (FSDP, DeepSpeed), e.g. --accelerate-config fsdp.yaml",
+    )
+    a(
+        "--spec",
+        type=_nonempty,
+        metavar="FILE",
+        help="TrainJob YAML to take defaults from; flags override, the cell is the script. "
+        "e.g. --spec train.yaml",
+    )
+    a(
+        "--vars",
+        type=_var_list,
+        metavar="A,B",
+        help="notebook variables to ship (cloudpickle); they are globals in the script. "
+        "e.g. --vars dataset,config",
+    )
+    a(
+        "--out",
+        type=_identifier,
+        metavar="NAME",
+        help="bind the Job handle to this notebook variable, e.g. --out job",
+    )
+    a(
+        "--dry-run",
+        action="store_true",
+        help="show the resolved spec and the GPU-hours requested; submit nothing",
+    )
+    a("--wait", action="store_true", help="show the panel and block until the job finishes")
+    a(
+        "--backend",
+        type=_nonempty,
+        metavar="NAME",
+        help="registered backend to submit to (default: $AVIFLOW_BACKEND or local), e.g. --backend local",
+    )
     return p
 
 
@@ -203,11 +270,23 @@ def parse_train_options(line: str) -> TrainOptions:
             raise OptionError(f"argument --env: {key} is given twice")
         env[key] = value
     return TrainOptions(
-        nodes=ns.nodes, gpus_per_node=ns.gpus_per_node, queue=ns.queue, name=ns.name,
-        image=ns.image, time_limit=ns.time_limit, env=env, max_restarts=ns.max_restarts,
-        resume=ns.resume, mixed_precision=ns.mixed_precision,
-        accelerate_config=ns.accelerate_config, spec=ns.spec, vars=ns.vars or (),
-        out=ns.out, dry_run=ns.dry_run, wait=ns.wait, backend=ns.backend,
+        nodes=ns.nodes,
+        gpus_per_node=ns.gpus_per_node,
+        queue=ns.queue,
+        name=ns.name,
+        image=ns.image,
+        time_limit=ns.time_limit,
+        env=env,
+        max_restarts=ns.max_restarts,
+        resume=ns.resume,
+        mixed_precision=ns.mixed_precision,
+        accelerate_config=ns.accelerate_config,
+        spec=ns.spec,
+        vars=ns.vars or (),
+        out=ns.out,
+        dry_run=ns.dry_run,
+        wait=ns.wait,
+        backend=ns.backend,
     )
 
 

@@ -2,7 +2,7 @@
 
 At most ``max_updates_per_second`` snapshots leave per second (and never faster than one
 per ``interval``); once the job has finished, one last snapshot is sent and the thread
-ends. Reads go through the :class:`~aviflow.job.Job` interface only.
+ends. Reads are incremental (:class:`~aviflow_magics._snapshot.SnapshotReader`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,21 @@ from collections.abc import Callable
 
 from aviflow.errors import JobNotFound
 from aviflow.job import Job
-from aviflow_magics._snapshot import JobSnapshot, take_snapshot
+from aviflow_magics._snapshot import JobSnapshot, SnapshotReader
 
 MAX_BACKOFF = 10.0
 _active: weakref.WeakSet[Poller] = weakref.WeakSet()
 
 
 class Poller:
-    def __init__(self, job: Job, sink: Callable[[JobSnapshot], None],
-                 on_error: Callable[[str], None] | None = None, interval: float = 1.0,
-                 max_updates_per_second: float = 2.0) -> None:
+    def __init__(
+        self,
+        job: Job,
+        sink: Callable[[JobSnapshot], None],
+        on_error: Callable[[str], None] | None = None,
+        interval: float = 1.0,
+        max_updates_per_second: float = 2.0,
+    ) -> None:
         if interval <= 0 or max_updates_per_second <= 0:
             raise ValueError("interval and max_updates_per_second must be positive")
         self.job = job
@@ -30,6 +35,7 @@ class Poller:
         self.on_error = on_error or (lambda _m: None)
         self.period = max(interval, 1.0 / max_updates_per_second)
         self.updates = 0
+        self.reader = SnapshotReader(job)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -40,7 +46,9 @@ class Poller:
     def start(self) -> None:
         if self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._run, name=f"aviflow-panel-{self.job.id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"aviflow-panel-{self.job.id}", daemon=True
+        )
         _active.add(self)
         self._thread.start()
 
@@ -53,20 +61,17 @@ class Poller:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def poll_once(self, spec: object = None, meta: object = None) -> JobSnapshot:
-        snap = take_snapshot(self.job, spec=spec, meta=meta)  # type: ignore[arg-type]
+    def poll_once(self) -> JobSnapshot:
+        snap = self.reader.read()
         self.sink(snap)
         self.updates += 1
         return snap
 
     def _run(self) -> None:
-        spec = meta = None
         delay = self.period
         while not self._stop.is_set():
             try:
-                if spec is None:
-                    spec, meta = self.job.spec, self.job.backend.meta(self.job.id)
-                snap = self.poll_once(spec, meta)
+                snap = self.poll_once()
                 if snap.state.is_finished():
                     break
                 delay = self.period
@@ -75,7 +80,9 @@ class Poller:
                 break
             except Exception as exc:  # keep the panel alive through transient read errors
                 delay = min(MAX_BACKOFF, delay * 2)
-                self.on_error(f"update failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
+                self.on_error(
+                    f"update failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s"
+                )
             self._stop.wait(delay)
         _active.discard(self)
 

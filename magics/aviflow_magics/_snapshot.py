@@ -1,7 +1,10 @@
-"""A point-in-time view of a job, read through the :class:`~aviflow.job.Job` interface.
+"""A point-in-time view of a job, read through the backend's incremental reads.
 
 The panel's widgets render snapshots; they never read the job themselves, so the same
 snapshot feeds a live panel, a re-attached one (replayed from the run store) and tests.
+A :class:`SnapshotReader` keeps cursors into the job's events and metrics, so each refresh
+reads what changed since the last one; metric series are kept downsampled as they grow
+(:class:`SeriesBuffer`), so a refresh costs the same at 10 or 10 million logged steps.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aviflow.attempts import finished_at, usage_from_events
 from aviflow.job import Job
+from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
 from aviflow.spec import TrainJob
-from aviflow.status import JobState, usage_from_events
 
 PRIMARY_METRIC = "loss"
+MAX_POINTS = 300
 
 
 @dataclass(frozen=True)
@@ -39,10 +44,10 @@ class JobSnapshot:
     now: float
     gpu_hours: float
     ranks: tuple[RankState, ...]
-    failure: dict[str, Any] | None
+    failure: FailureInfo | None
     metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     metric_rows: int = 0
-    checkpoints: tuple[dict[str, Any], ...] = ()
+    checkpoints: tuple[CheckpointRef, ...] = ()
     log_ranks: tuple[int, ...] = ()
 
     @property
@@ -52,75 +57,204 @@ class JobSnapshot:
         return max(0.0, (self.finished or self.now) - self.submitted)
 
 
-def metric_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """Numeric metrics by name, ``loss`` first, then in order of first appearance; a step
-    logged again (by a restarted attempt) replaces the earlier value."""
-    series: dict[str, dict[int, float]] = {}
+class SeriesBuffer:
+    """One metric's points for a chart, downsampled as they arrive: every point while there
+    are at most ``limit``, then the min and max of buckets of consecutive points (the first
+    and last point always kept), buckets doubling in size as more arrive. Adding a point and
+    reading the points are O(1) amortized (closed buckets' points are kept rendered); a step
+    logged again (a restarted attempt re-logs from its checkpoint) drops the points from
+    that step on."""
+
+    def __init__(self, limit: int = MAX_POINTS) -> None:
+        self.limit = max(4, limit)
+        self.size = 1  # points per bucket
+        self.buckets: list[list[Any]] = []  # [count, lo, hi] with lo/hi = (step, value)
+        self.first: tuple[int, float] | None = None
+        self.last: tuple[int, float] | None = None
+        self._closed: list[tuple[int, float]] = []  # points of every bucket but the last
+        self._closed_buckets = 0
+
+    def add(self, step: int, value: float) -> None:
+        point = (step, value)
+        if self.last is not None and step <= self.last[0]:
+            self._rewind(step)
+        if self.first is None:
+            self.first = point
+        self.last = point
+        if self.buckets and self.buckets[-1][0] < self.size:
+            b = self.buckets[-1]
+            b[0] += 1
+            if value < b[1][1]:
+                b[1] = point
+            if value > b[2][1]:
+                b[2] = point
+            return
+        self.buckets.append([1, point, point])
+        # single points while there are at most `limit`; then at most limit/2 buckets of
+        # two points (lo, hi) each
+        most = self.limit if self.size == 1 else self.limit // 2
+        if len(self.buckets) > most:
+            self._merge()
+
+    def _merge(self) -> None:
+        merged = []
+        for i in range(0, len(self.buckets), 2):
+            pair = self.buckets[i : i + 2]
+            lo = min((b[1] for b in pair), key=lambda p: p[1])
+            hi = max((b[2] for b in pair), key=lambda p: p[1])
+            merged.append([sum(b[0] for b in pair), lo, hi])
+        self.buckets = merged
+        self.size *= 2
+        self._closed, self._closed_buckets = [], 0
+
+    def _rewind(self, step: int) -> None:
+        while self.buckets and min(self.buckets[-1][1][0], self.buckets[-1][2][0]) >= step:
+            self.buckets.pop()
+        self._closed, self._closed_buckets = [], 0
+        if not self.buckets:
+            self.first = self.last = None
+            self.size = 1
+            return
+        b = self.buckets[-1]
+        self.last = max(b[1], b[2])
+        b[0] = self.size  # a partly rewound bucket is closed
+
+    @staticmethod
+    def _bucket_points(bucket: list[Any]) -> list[tuple[int, float]]:
+        lo, hi = bucket[1], bucket[2]
+        return [lo] if lo == hi else sorted((lo, hi))
+
+    def points(self) -> list[tuple[int, float]]:
+        """The points to draw, in step order."""
+        if not self.buckets:
+            return []
+        while self._closed_buckets < len(self.buckets) - 1:
+            self._closed += self._bucket_points(self.buckets[self._closed_buckets])
+            self._closed_buckets += 1
+        out = self._closed + self._bucket_points(self.buckets[-1])
+        if self.first is not None and out[0] != self.first:
+            out.insert(0, self.first)
+        if self.last is not None and out[-1] != self.last:
+            out.append(self.last)
+        return out
+
+    def __len__(self) -> int:
+        return sum(b[0] for b in self.buckets)
+
+
+def add_rows(
+    series: dict[str, SeriesBuffer], rows: list[MetricRow], limit: int = MAX_POINTS
+) -> None:
+    """Fold metric rows into per-metric buffers (numbers only; strings are not charted)."""
     for row in rows:
-        step = row.get("step")
-        if not isinstance(step, int):
-            continue
-        for key, value in row.items():
-            if key in ("step", "time", "attempt"):
-                continue
+        for key, value in row.values.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
-            series.setdefault(key, {})[step] = float(value)
-    names = sorted(series, key=lambda n: (n != PRIMARY_METRIC, list(series).index(n)))
-    return {n: sorted(series[n].items()) for n in names}
+            series.setdefault(key, SeriesBuffer(limit)).add(row.step, float(value))
 
 
-def rank_states(state: JobState, nodes: int, per_node: int, failure: dict[str, Any] | None,
-                started: set[int]) -> tuple[RankState, ...]:
+def chart_points(series: dict[str, SeriesBuffer]) -> dict[str, list[tuple[int, float]]]:
+    """Each metric's points, ``loss`` first, then in order of first appearance."""
+    order = list(series)
+    names = sorted(order, key=lambda n: (n != PRIMARY_METRIC, order.index(n)))
+    return {n: series[n].points() for n in names}
+
+
+def metric_series(
+    rows: list[MetricRow], limit: int = MAX_POINTS
+) -> dict[str, list[tuple[int, float]]]:
+    """Numeric metrics by name from ``rows`` (see :class:`SeriesBuffer`)."""
+    series: dict[str, SeriesBuffer] = {}
+    add_rows(series, rows, limit)
+    return chart_points(series)
+
+
+def rank_states(
+    state: JobState, nodes: int, per_node: int, failure: FailureInfo | None, started: set[int]
+) -> tuple[RankState, ...]:
     """Per-rank state from the job state, the failure record and which ranks have output."""
-    failed = failure.get("rank") if failure else None
-    failed_node = failure.get("node") if failure else None
+    failed = failure.rank if failure else None
+    failed_node = failure.node if failure else None
     out = []
     for rank in range(nodes * per_node):
         node = rank // per_node
         if state is JobState.RUNNING:
             s = "RUNNING" if rank in started else "STARTING"
         elif state is JobState.FAILED:
-            s = "FAILED" if rank == failed or (failed is None and node == failed_node) else "STOPPED"
+            s = (
+                "FAILED"
+                if rank == failed or (failed is None and node == failed_node)
+                else "STOPPED"
+            )
         else:
             s = state.value
         out.append(RankState(rank=rank, node=node, state=s))
     return tuple(out)
 
 
-def take_snapshot(job: Job, now: float | None = None, spec: TrainJob | None = None,
-                  meta: dict[str, Any] | None = None) -> JobSnapshot:
-    """Read everything the panel shows, once (``spec`` and ``meta`` never change: pass
-    them in to skip reading them again)."""
-    now = time.time() if now is None else now
-    backend = job.backend
-    record = job.status_record()
-    state = JobState(record.get("state", JobState.QUEUED))
-    spec = spec if spec is not None else job.spec
-    events = job.events()
-    meta = meta if meta is not None else backend.meta(job.id)
-    failure = record.get("failure")
-    rows = job.metric_rows()
-    log_ranks = tuple(backend.ranks(job.id))
-    finished = next((e.time for e in reversed(events) if e.type in (s.value for s in JobState)
-                     and JobState(e.type).is_finished()), None) if state.is_finished() else None
-    return JobSnapshot(
-        id=job.id,
-        name=spec.metadata.name,
-        state=state,
-        attempt=int(record.get("attempt") or 0),
-        message=str(record.get("message") or ""),
-        queue_position=record.get("queuePosition"),
-        nodes=spec.spec.nodes,
-        gpus_per_node=spec.spec.gpus_per_node,
-        submitted=meta.get("submitted") or (events[0].time if events else None),
-        finished=finished,
-        now=now,
-        gpu_hours=usage_from_events(events, spec.spec.total_gpus, now=now).gpu_hours,
-        ranks=rank_states(state, spec.spec.nodes, spec.spec.gpus_per_node, failure, set(log_ranks)),
-        failure=failure,
-        metrics=metric_series(rows),
-        metric_rows=len(rows),
-        checkpoints=tuple(job.checkpoints()),
-        log_ranks=log_ranks,
-    )
+class SnapshotReader:
+    """Reads a job for the panel; each :meth:`read` costs what changed since the last one."""
+
+    def __init__(self, job: Job, limit: int = MAX_POINTS) -> None:
+        self.job = job
+        self.limit = limit
+        self.spec: TrainJob | None = None
+        self.meta: JobMeta | None = None
+        self.events: list[Event] = []
+        self.series: dict[str, SeriesBuffer] = {}
+        self.metric_rows = 0
+        self._events_at = 0
+        self._metrics_at = 0
+
+    def read(self, now: float | None = None) -> JobSnapshot:
+        job, backend = self.job, self.job.backend
+        if self.spec is None or self.meta is None:  # never change: read once
+            self.spec, self.meta = job.spec, job.meta
+        record = job.status_record()  # before the events, which are written first
+        events = backend.events(job.id, since=self._events_at)
+        self.events.extend(events.items)
+        self._events_at = events.next
+        rows = backend.metrics(job.id, since=self._metrics_at)
+        add_rows(self.series, rows.items, self.limit)
+        self.metric_rows += len(rows.items)
+        self._metrics_at = rows.next
+        log_ranks = tuple(backend.ranks(job.id))
+        checkpoints = tuple(backend.checkpoints(job.id))
+        return self._snapshot(record, log_ranks, checkpoints, time.time() if now is None else now)
+
+    def _snapshot(
+        self,
+        record: Any,
+        log_ranks: tuple[int, ...],
+        checkpoints: tuple[CheckpointRef, ...],
+        now: float,
+    ) -> JobSnapshot:
+        assert self.spec is not None and self.meta is not None
+        spec, state = self.spec.spec, record.state
+        return JobSnapshot(
+            id=self.job.id,
+            name=self.spec.metadata.name,
+            state=state,
+            attempt=record.attempt,
+            message=record.message,
+            queue_position=record.queue_position,
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            submitted=self.meta.submitted or (self.events[0].time if self.events else None),
+            finished=finished_at(self.events) if state.is_finished() else None,
+            now=now,
+            gpu_hours=usage_from_events(self.events, spec.total_gpus, now).gpu_hours,
+            ranks=rank_states(
+                state, spec.nodes, spec.gpus_per_node, record.failure, set(log_ranks)
+            ),
+            failure=record.failure,
+            metrics=chart_points(self.series),
+            metric_rows=self.metric_rows,
+            checkpoints=checkpoints,
+            log_ranks=log_ranks,
+        )
+
+
+def take_snapshot(job: Job, now: float | None = None) -> JobSnapshot:
+    """Everything the panel shows, read once (a fresh reader)."""
+    return SnapshotReader(job).read(now)

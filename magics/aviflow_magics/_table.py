@@ -6,34 +6,28 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aviflow.job import Job
-from aviflow.status import JobState, usage_from_events
+from aviflow.backends import Backend
+from aviflow.records import JobSummary
 from aviflow_magics.widgets._html import badge, duration, esc
 
 COLUMNS = ("id", "name", "state", "GPUs", "submitted", "elapsed", "GPU-h", "origin")
 
 
-def job_row(job: Job, now: float) -> dict[str, Any]:
-    record = job.status_record()
-    state = JobState(record.get("state", JobState.QUEUED))
-    spec = job.spec
-    meta = job.backend.meta(job.id)
-    events = job.events()
-    submitted = meta.get("submitted") or (events[0].time if events else now)
-    end = next((e.time for e in reversed(events) if e.type in JobState.__members__
-                and JobState(e.type).is_finished()), None)
-    origin = meta.get("origin") or {}
-    where = origin.get("notebook") or ""
+def job_row(summary: JobSummary, now: float) -> dict[str, Any]:
+    s = summary
+    origin = s.origin or {}
+    where = str(origin.get("notebook") or "")
     if origin.get("execution_count") is not None:
         where += f" [{origin['execution_count']}]"
+    end = (s.finished or now) if s.state.is_finished() else now
     return {
-        "id": job.id,
-        "name": spec.metadata.name,
-        "state": state.value,
-        "GPUs": f"{spec.spec.nodes}x{spec.spec.gpus_per_node}",
-        "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(submitted)),
-        "elapsed": duration(((end or now) if state.is_finished() else now) - submitted),
-        "GPU-h": f"{usage_from_events(events, spec.spec.total_gpus, now=now).gpu_hours:.4f}",
+        "id": s.id,
+        "name": s.name,
+        "state": s.state.value,
+        "GPUs": f"{s.nodes}x{s.gpus_per_node}",
+        "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.submitted)),
+        "elapsed": duration(max(0.0, end - s.submitted)),
+        "GPU-h": f"{s.gpu_seconds / 3600:.4f}",
         "origin": where.strip(),
     }
 
@@ -41,17 +35,23 @@ def job_row(job: Job, now: float) -> dict[str, Any]:
 @dataclass(frozen=True)
 class JobsTable:
     rows: list[dict[str, Any]]
-    total: int
+    more: bool = False  # older jobs exist beyond the limit
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
         body = "".join(
-            "<tr class='aviflow-job-row'>" + "".join(
-                f"<td>{badge(r[c]) if c == 'state' else esc(r[c])}</td>" for c in COLUMNS) + "</tr>"
+            "<tr class='aviflow-job-row'>"
+            + "".join(f"<td>{badge(r[c]) if c == 'state' else esc(r[c])}</td>" for c in COLUMNS)
+            + "</tr>"
             for r in self.rows
         )
-        note = f"<div style='font-size:11px'>{len(self.rows)} of {self.total} jobs</div>"
+        note = f"<div style='font-size:11px'>{self.note()}</div>"
         return f"<table class='aviflow-jobs'><tr>{head}</tr>{body}</table>{note}"
+
+    def note(self) -> str:
+        if self.more:
+            return f"the newest {len(self.rows)} jobs; --limit N shows more"
+        return f"{len(self.rows)} job" + ("" if len(self.rows) == 1 else "s")
 
     def text(self) -> str:
         if not self.rows:
@@ -68,7 +68,10 @@ class JobsTable:
         p.text(self.text())
 
 
-def jobs_table(jobs: list[Job], limit: int = 20, now: float | None = None) -> JobsTable:
+def jobs_table(backend: Backend, limit: int = 20, now: float | None = None) -> JobsTable:
+    """The newest ``limit`` jobs, from one summaries read (a single request through the hub)."""
     now = time.time() if now is None else now
-    newest = list(reversed(jobs))[: max(0, limit)]
-    return JobsTable(rows=[job_row(j, now) for j in newest], total=len(jobs))
+    limit = max(0, limit)
+    newest = backend.summaries(limit=limit + 1)
+    rows = [job_row(s, now) for s in newest[:limit]]
+    return JobsTable(rows=rows, more=len(newest) > limit)

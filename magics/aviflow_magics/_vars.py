@@ -1,4 +1,5 @@
-"""Ship named notebook variables with a job (``--vars``): cloudpickled into ``code/vars.pkl``.
+"""Ship named notebook variables with a job (``--vars``): cloudpickled into the bundle's
+``vars.pkl`` (:data:`aviflow.store.VARS_FILE`).
 
 The rank wrapper loads that file as the script's globals, so ``--vars data,config``
 makes ``data`` and ``config`` plain globals of the training script on every rank.
@@ -12,7 +13,6 @@ from typing import Any
 
 from aviflow_magics._options import OptionError
 
-VARS_FILE = "vars.pkl"
 MAX_VARS_BYTES = 16 << 20
 
 

@@ -31,12 +31,12 @@ import pytest
 from comm.base_comm import BaseComm
 
 from aviflow import _procs
-from aviflow.backends.local import SUPERVISOR_LOCK, LocalBackend
+from aviflow.backends.local import LocalBackend
 from aviflow.bundle import build_bundle
 from aviflow.job import Job
+from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus, MetricRow
 from aviflow.spec import TrainJob
-from aviflow.status import Event, JobState
-from aviflow.store import CHECKPOINT_MARKER, append_line, atomic_write
+from aviflow.store import CHECKPOINT_MARKER, atomic_write
 
 
 class RecordingComm(BaseComm):
@@ -46,14 +46,23 @@ class RecordingComm(BaseComm):
         self.messages: list[dict[str, Any]] = []
         super().__init__(**kwargs)
 
-    def publish_msg(self, msg_type: str, data: Any = None, metadata: Any = None,
-                    buffers: Any = None, **keys: Any) -> None:
+    def publish_msg(
+        self,
+        msg_type: str,
+        data: Any = None,
+        metadata: Any = None,
+        buffers: Any = None,
+        **keys: Any,
+    ) -> None:
         self.messages.append({"msg_type": msg_type, "data": data, "buffers": list(buffers or [])})
 
     def updates(self) -> list[dict[str, Any]]:
         """The ``update`` state dicts sent so far."""
-        return [m["data"]["state"] for m in self.messages
-                if m["msg_type"] == "comm_msg" and (m["data"] or {}).get("method") == "update"]
+        return [
+            m["data"]["state"]
+            for m in self.messages
+            if m["msg_type"] == "comm_msg" and (m["data"] or {}).get("method") == "update"
+        ]
 
 
 @pytest.fixture
@@ -82,49 +91,86 @@ def shell(run_root: Path) -> Iterator[Any]:
 
 
 def _spec(name: str, nodes: int, gpus_per_node: int) -> TrainJob:
-    return TrainJob.from_dict({
-        "apiVersion": "aviflow.dev/v1", "kind": "TrainJob", "metadata": {"name": name},
-        "spec": {"nodes": nodes, "gpusPerNode": gpus_per_node, "script": "print('hi')\n"},
-    })
+    return TrainJob.from_dict(
+        {
+            "apiVersion": "aviflow.dev/v1",
+            "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"nodes": nodes, "gpusPerNode": gpus_per_node, "script": "print('hi')\n"},
+        }
+    )
 
 
 @pytest.fixture
 def make_job(local_backend: LocalBackend) -> Iterator[Any]:
     locks: list[_procs.FileLock] = []
 
-    def make(state: JobState, *, name: str = "fab", nodes: int = 2, gpus_per_node: int = 2,
-             metrics: int = 0, checkpoints: tuple[int, ...] = (), failure: dict | None = None,
-             queue_position: int | None = None, log_lines: int = 3, origin: dict | None = None) -> Job:
+    def make(
+        state: JobState,
+        *,
+        name: str = "fab",
+        nodes: int = 2,
+        gpus_per_node: int = 2,
+        metrics: int = 0,
+        checkpoints: tuple[int, ...] = (),
+        failure: FailureInfo | None = None,
+        queue_position: int | None = None,
+        log_lines: int = 3,
+        origin: dict | None = None,
+    ) -> Job:
         job = _spec(name, nodes, gpus_per_node)
         bundle = build_bundle(job, origin=origin or {})
-        run = local_backend.store.create(job, bundle.store_files(), {
-            "user": "tester", "backend": "local", "code_hash": bundle.content_hash, "origin": bundle.origin})
+        run = local_backend.store.create(
+            job,
+            bundle.store_files(),
+            "tester",
+            backend="local",
+            code_hash=bundle.content_hash,
+            origin=bundle.origin,
+        )
         if not state.is_finished():
-            lock = _procs.FileLock(run.path / SUPERVISOR_LOCK)
+            lock = _procs.FileLock(run.supervisor_lock)
             assert lock.acquire(blocking=False)
             locks.append(lock)
         t0 = time.time() - 120
-        run.write_meta({**run.meta(), "submitted": t0})
-        run.record(Event(JobState.QUEUED, attempt=0, message="waiting for GPU slots", time=t0),
-                   queuePosition=queue_position)
+        meta = json.loads(run.meta_path.read_text())
+        run.meta_path.write_text(json.dumps({**meta, "submitted": t0}))
+        queued = Event(EventType.QUEUED, 0, "waiting for GPU slots", t0)
+        run.record([queued], JobStatus(JobState.QUEUED, 0, queued.message, t0, queue_position))
         if state is not JobState.QUEUED:
-            run.record(Event(JobState.STARTING, attempt=1, message="starting", time=t0 + 1), queuePosition=None)
-            run.record(Event(JobState.RUNNING, attempt=1, message="running", time=t0 + 2))
+            run.record(
+                [
+                    Event(EventType.STARTING, 1, "starting", t0 + 1),
+                    Event(EventType.RUNNING, 1, "running", t0 + 2),
+                ],
+                JobStatus(JobState.RUNNING, 1, "running", t0 + 2),
+            )
             for rank in range(nodes * gpus_per_node):
                 path = run.rank_log(rank)
                 path.write_text("".join(f"rank {rank} line {i}\n" for i in range(log_lines)))
         for step in range(1, metrics + 1):
-            append_line(run.metrics_path, {"step": step, "time": t0 + 2 + step * 0.01, "attempt": 1,
-                                           "values": {"loss": 1.0 / step, "lr": 0.1 / (1 + step % 7)}})
+            run.append_metric(
+                MetricRow(
+                    step, t0 + 2 + step * 0.01, 1, {"loss": 1.0 / step, "lr": 0.1 / (1 + step % 7)}
+                )
+            )
         for step in checkpoints:
-            d = run.checkpoints_dir / f"step-{step:09d}"
+            d = run.checkpoint_dir(step)
             d.mkdir(parents=True)
-            atomic_write(d / CHECKPOINT_MARKER, json.dumps({"step": step, "time": t0 + 3, "attempt": 1}))
+            atomic_write(
+                d / CHECKPOINT_MARKER, json.dumps({"step": step, "time": t0 + 3, "attempt": 1})
+            )
         if state is JobState.FAILED:
-            run.record(Event(JobState.FAILED, attempt=1, message="rank 3 failed", time=t0 + 60,
-                             data=failure or {}), failure=failure)
+            data = {"failure": failure.to_dict()} if failure else {}
+            run.record(
+                [Event(EventType.FAILED, 1, "rank 3 failed", t0 + 60, data)],
+                JobStatus(JobState.FAILED, 1, "rank 3 failed", t0 + 60, failure=failure),
+            )
         elif state.is_finished():
-            run.record(Event(state, attempt=1, message="done", time=t0 + 60))
+            run.record(
+                [Event(EventType(state.value), 1, "done", t0 + 60)],
+                JobStatus(state, 1, "done", t0 + 60),
+            )
         return Job(run.id, local_backend)
 
     yield make

@@ -22,8 +22,15 @@ import nbformat
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "notebook"
 
 
@@ -35,15 +42,23 @@ def _free_port() -> int:
 
 # front end -> (module to run, its app's config prefix, notebook URL path, extra flags)
 FRONTENDS = {
-    "jupyterlab": ("jupyterlab", "LabApp", "lab/tree/panel.ipynb",
-                   ["--LabApp.extension_manager=readonly",
-                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]),
+    "jupyterlab": (
+        "jupyterlab",
+        "LabApp",
+        "lab/tree/panel.ipynb",
+        [
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+    ),
     "notebook7": ("notebook", "JupyterNotebookApp", "notebooks/panel.ipynb", []),
 }
 
 
 @pytest.fixture(params=sorted(FRONTENDS))
-def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Path) -> Iterator[tuple[str, str, Path]]:
+def jupyter_server(
+    request: pytest.FixtureRequest, tmp_path: Path, run_root: Path
+) -> Iterator[tuple[str, str, Path]]:
     """A JupyterLab or Notebook 7 server on loopback: yields (front end, notebook URL with token,
     notebook directory)."""
     frontend = request.param
@@ -52,9 +67,13 @@ def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Pat
     root.mkdir()
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ)
-    env.update(AVIFLOW_ROOT=str(run_root), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), AVIFLOW_LOCAL_CAPACITY="8",
-               PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
+    env.update(
+        AVIFLOW_ROOT=str(run_root),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        AVIFLOW_LOCAL_CAPACITY="8",
+        PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+    )
     env.pop("AVIFLOW_BACKEND", None)
     # No "get Jupyter news?" prompt over the notebook (and no fetch of the news feed).
     settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
@@ -62,11 +81,26 @@ def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Pat
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115
     server = subprocess.Popen(
-        [sys.executable, "-m", module, "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", f"--{app}.workspaces_dir={tmp_path / 'workspaces'}",
-         f"--{app}.user_settings_dir={tmp_path / 'settings'}", *extra],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            module,
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            f"--{app}.workspaces_dir={tmp_path / 'workspaces'}",
+            f"--{app}.user_settings_dir={tmp_path / 'settings'}",
+            *extra,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -79,7 +113,9 @@ def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Pat
             except OSError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{module} did not start: {(tmp_path / 'server.log').read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{module} did not start: {(tmp_path / 'server.log').read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield frontend, f"{base}/{url_path}?token={token}", root
     finally:
@@ -94,18 +130,28 @@ def jupyter_server(request: pytest.FixtureRequest, tmp_path: Path, run_root: Pat
 
 @pytest.mark.browser
 @pytest.mark.training
-def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, run_root: Path,
-                                              leftover_processes) -> None:
+def test_panel_reaches_succeeded_with_a_chart(
+    jupyter_server, train_cell: str, run_root: Path, leftover_processes
+) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 
     frontend, url, root = jupyter_server
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("%load_ext aviflow\ncfg = {'steps': 8, 'every': 4, 'lr': 0.05}"),
-        nbformat.v4.new_code_cell(
-            "%%aviflow_train --nodes 2 --gpus-per-node 2 --name browser-run --vars cfg --max-restarts 2 --out job\n" + train_cell),
-        nbformat.v4.new_code_cell("6 * 7"),
-    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "%load_ext aviflow\ncfg = {'steps': 8, 'every': 4, 'lr': 0.05}"
+            ),
+            nbformat.v4.new_code_cell(
+                "%%aviflow_train --nodes 2 --gpus-per-node 2 --name browser-run --vars cfg --max-restarts 2 --out job\n"
+                + train_cell
+            ),
+            nbformat.v4.new_code_cell("6 * 7"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
     nbformat.write(nb, root / "panel.ipynb")
 
     with sync_playwright() as p:
@@ -115,7 +161,9 @@ def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, r
             page.goto(url)
             expect(page.locator(".jp-Cell").first).to_be_visible(timeout=180_000)
             if frontend == "jupyterlab":
-                expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=180_000)
+                expect(
+                    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+                ).to_have_count(1, timeout=180_000)
             # Run > Run All Cells: the magic returns at once and the job runs on in the background.
             # The command acts on the focused notebook; retry until the first cell has started.
             first_prompt = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
@@ -124,17 +172,23 @@ def test_panel_reaches_succeeded_with_a_chart(jupyter_server, train_cell: str, r
                     _accept_kernel_choice(page)
                     page.locator(".jp-Cell").first.locator(".jp-InputPrompt").click(timeout=20_000)
                     page.get_by_role("menuitem", name="Run", exact=True).click(timeout=20_000)
-                    page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=20_000)
+                    page.get_by_role("menuitem", name="Run All Cells", exact=True).click(
+                        timeout=20_000
+                    )
                     expect(first_prompt).not_to_have_text("[ ]:", timeout=20_000)
                     break
                 except (AssertionError, PlaywrightTimeout):  # e.g. a dialog took the click
                     if attempt == 4:
                         raise
             # the cell after the magic ran while the job was still going
-            expect(page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")).to_contain_text("42", timeout=180_000)
+            expect(
+                page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")
+            ).to_contain_text("42", timeout=180_000)
             panel = page.locator(".aviflow-panel")
             expect(panel).to_have_count(1, timeout=180_000)
-            finished = ", ".join(f".aviflow-badge[data-state='{s}']" for s in ("SUCCEEDED", "FAILED", "CANCELLED"))
+            finished = ", ".join(
+                f".aviflow-badge[data-state='{s}']" for s in ("SUCCEEDED", "FAILED", "CANCELLED")
+            )
             expect(panel.locator(finished)).to_have_count(1, timeout=400_000)
             state = panel.locator(".aviflow-badge").get_attribute("data-state")
             assert state == "SUCCEEDED", panel.inner_text()

@@ -26,6 +26,13 @@ print(json.dumps({"after_import": after_import, "loaded": loaded, "registered": 
 
 
 def test_load_ext_is_light_and_registers_the_magics() -> None:
-    out = subprocess.run([sys.executable, "-c", CODE], check=True, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CODE], check=True, capture_output=True, text=True, timeout=120
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"after_import": [], "loaded": [], "registered": [True, True, True], "hooks": 0}
+    assert result == {
+        "after_import": [],
+        "loaded": [],
+        "registered": [True, True, True],
+        "hooks": 0,
+    }

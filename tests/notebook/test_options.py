@@ -29,10 +29,23 @@ def test_every_option_parses() -> None:
         "--out job --dry-run --wait --backend local"
     )
     assert opts == TrainOptions(
-        nodes=2, gpus_per_node=8, queue="research", name="bert base", image="reg.example.com/t:1",
-        time_limit="2h", env={"LR": "3e-4", "NOTE": "two words"}, max_restarts=3, resume="auto",
-        mixed_precision="bf16", accelerate_config="fsdp.yaml", spec="train.yaml", vars=("data", "cfg"),
-        out="job", dry_run=True, wait=True, backend="local",
+        nodes=2,
+        gpus_per_node=8,
+        queue="research",
+        name="bert base",
+        image="reg.example.com/t:1",
+        time_limit="2h",
+        env={"LR": "3e-4", "NOTE": "two words"},
+        max_restarts=3,
+        resume="auto",
+        mixed_precision="bf16",
+        accelerate_config="fsdp.yaml",
+        spec="train.yaml",
+        vars=("data", "cfg"),
+        out="job",
+        dry_run=True,
+        wait=True,
+        backend="local",
     )
 
 
@@ -44,9 +57,25 @@ def test_defaults() -> None:
 
 def test_help_documents_every_option_with_an_example() -> None:
     text = help_text()
-    for flag in ("--nodes", "--gpus-per-node", "--queue", "--name", "--image", "--time-limit", "--env",
-                 "--max-restarts", "--resume", "--mixed-precision", "--accelerate-config", "--spec",
-                 "--vars", "--out", "--dry-run", "--wait", "--backend"):
+    for flag in (
+        "--nodes",
+        "--gpus-per-node",
+        "--queue",
+        "--name",
+        "--image",
+        "--time-limit",
+        "--env",
+        "--max-restarts",
+        "--resume",
+        "--mixed-precision",
+        "--accelerate-config",
+        "--spec",
+        "--vars",
+        "--out",
+        "--dry-run",
+        "--wait",
+        "--backend",
+    ):
         examples = text.split("Examples:")[1]
         assert f"e.g. {flag}" in text or flag in examples, flag
 
@@ -57,25 +86,48 @@ def test_magic_docstring_is_the_help(shell) -> None:
 
 
 def test_spec_from_flags() -> None:
-    job = build_job(parse_train_options(
-        "--nodes 2 --gpus-per-node 4 --queue research --time-limit 90m --env A=1 --max-restarts 2 "
-        "--mixed-precision fp16 --name demo --image reg.example.com/t:1"), BODY)
+    job = build_job(
+        parse_train_options(
+            "--nodes 2 --gpus-per-node 4 --queue research --time-limit 90m --env A=1 --max-restarts 2 "
+            "--mixed-precision fp16 --name demo --image reg.example.com/t:1"
+        ),
+        BODY,
+    )
     assert job.to_dict() == {
-        "apiVersion": "aviflow.dev/v1", "kind": "TrainJob",
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
         "metadata": {"name": "demo", "labels": {}},
-        "spec": {"queue": "research", "nodes": 2, "gpusPerNode": 4, "image": "reg.example.com/t:1",
-                 "script": BODY, "env": {"A": "1"}, "accelerate": {"mixedPrecision": "fp16"},
-                 "checkpoints": {"keepLast": 3}, "maxRestarts": 2, "timeLimit": "90m"},
+        "spec": {
+            "queue": "research",
+            "nodes": 2,
+            "gpusPerNode": 4,
+            "image": "reg.example.com/t:1",
+            "script": BODY,
+            "env": {"A": "1"},
+            "accelerate": {"mixedPrecision": "fp16"},
+            "checkpoints": {"keepLast": 3},
+            "maxRestarts": 2,
+            "timeLimit": "90m",
+        },
     }
     assert gpu_hours_requested(job) == 12.0
 
 
 def test_spec_file_gives_defaults_and_flags_override() -> None:
-    base = {"apiVersion": "aviflow.dev/v1", "kind": "TrainJob",
-            "metadata": {"name": "from-file", "labels": {"team": "nlp"}},
-            "spec": {"nodes": 4, "gpusPerNode": 8, "scriptFile": "train.py", "queue": "research",
-                     "env": {"A": "1", "B": "2"}, "accelerate": {"mixedPrecision": "bf16"},
-                     "checkpoints": {"keepLast": 5}}}
+    base = {
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": "from-file", "labels": {"team": "nlp"}},
+        "spec": {
+            "nodes": 4,
+            "gpusPerNode": 8,
+            "scriptFile": "train.py",
+            "queue": "research",
+            "env": {"A": "1", "B": "2"},
+            "accelerate": {"mixedPrecision": "bf16"},
+            "checkpoints": {"keepLast": 5},
+        },
+    }
     job = build_job(parse_train_options("--nodes 1 --env B=3 --env C=4"), BODY, base=base)
     assert job.metadata.name == "from-file"
     assert job.metadata.labels == {"team": "nlp"}
@@ -91,31 +143,40 @@ def test_default_name_is_used_without_name_or_spec() -> None:
     assert build_job(TrainOptions(), BODY, default_name="train-bert").metadata.name == "train-bert"
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("--nodes", "argument --nodes: expected one argument"),
-    ("--nodes two", "argument --nodes: must be an integer, got 'two'"),
-    ("--nodes 0", "argument --nodes: must be at least 1, got 0"),
-    ("--gpus-per-node 0", "argument --gpus-per-node: must be at least 1, got 0"),
-    ("--max-restarts -1", "argument --max-restarts: must be at least 0, got -1"),
-    ("--env FOO", "argument --env: expected K=V, got 'FOO'"),
-    ("--env 1X=2", "argument --env: '1X' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"),
-    ("--env A=1 --env A=2", "argument --env: A is given twice"),
-    ("--resume Bad_Id", "argument --resume: expected auto, never or a job id, got 'Bad_Id'"),
-    ("--mixed-precision fp32", "argument --mixed-precision: invalid choice: 'fp32' (choose from 'no', 'fp16', 'bf16')"),
-    ("--vars", "argument --vars: expected one argument"),
-    ("--vars a,,b", "argument --vars: expected comma-separated names like 'data,config', got 'a,,b'"),
-    ("--vars ok,ok", "argument --vars: a variable is named twice in 'ok,ok'"),
-    ("--vars class", "argument --vars: 'class' is not a notebook variable name"),
-    ("--out 1x", "argument --out: '1x' is not a notebook variable name"),
-    ("--out __x", "argument --out: '__x' is not a notebook variable name"),
-    ("--name ''", "argument --name: must not be empty"),
-    ("--node 2", "unrecognized argument '--node'; did you mean --nodes?"),
-    ("--no-such-flag", "unrecognized argument '--no-such-flag'"),
-    ("positional", "unrecognized argument 'positional'"),
-    ("--wait extra", "unrecognized argument 'extra'"),
-    ("--dry-run=yes", "argument --dry-run: ignored explicit argument 'yes'"),
-    ("--nodes 2 'unterminated", "cannot split the option line: No closing quotation"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--nodes", "argument --nodes: expected one argument"),
+        ("--nodes two", "argument --nodes: must be an integer, got 'two'"),
+        ("--nodes 0", "argument --nodes: must be at least 1, got 0"),
+        ("--gpus-per-node 0", "argument --gpus-per-node: must be at least 1, got 0"),
+        ("--max-restarts -1", "argument --max-restarts: must be at least 0, got -1"),
+        ("--env FOO", "argument --env: expected K=V, got 'FOO'"),
+        ("--env 1X=2", "argument --env: '1X' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"),
+        ("--env A=1 --env A=2", "argument --env: A is given twice"),
+        ("--resume Bad_Id", "argument --resume: expected auto, never or a job id, got 'Bad_Id'"),
+        (
+            "--mixed-precision fp32",
+            "argument --mixed-precision: invalid choice: 'fp32' (choose from 'no', 'fp16', 'bf16', 'fp8')",
+        ),
+        ("--vars", "argument --vars: expected one argument"),
+        (
+            "--vars a,,b",
+            "argument --vars: expected comma-separated names like 'data,config', got 'a,,b'",
+        ),
+        ("--vars ok,ok", "argument --vars: a variable is named twice in 'ok,ok'"),
+        ("--vars class", "argument --vars: 'class' is not a notebook variable name"),
+        ("--out 1x", "argument --out: '1x' is not a notebook variable name"),
+        ("--out __x", "argument --out: '__x' is not a notebook variable name"),
+        ("--name ''", "argument --name: must not be empty"),
+        ("--node 2", "unrecognized argument '--node'; did you mean --nodes?"),
+        ("--no-such-flag", "unrecognized argument '--no-such-flag'"),
+        ("positional", "unrecognized argument 'positional'"),
+        ("--wait extra", "unrecognized argument 'extra'"),
+        ("--dry-run=yes", "argument --dry-run: ignored explicit argument 'yes'"),
+        ("--nodes 2 'unterminated", "cannot split the option line: No closing quotation"),
+    ],
+)
 def test_bad_options(line: str, message: str, shell, run_root: Path) -> None:
     with pytest.raises(OptionError) as parsed:
         parse_train_options(line)
@@ -126,23 +187,51 @@ def test_bad_options(line: str, message: str, shell, run_root: Path) -> None:
     assert _store_is_empty(run_root)
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("--gpus-per-node 9", "SpecError: spec.gpusPerNode: must be between 1 and 8 (an HGX node has 8 GPUs), got 9; use more nodes for more GPUs"),
-    ("--queue Research", "SpecError: spec.queue: 'Research' is not a queue name; use lowercase letters, digits and '-' (at most 63)"),
-    ("--name a/b", "SpecError: metadata.name: 'a/b' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'"),
-    ("--env RANK=3", "SpecError: spec.env: RANK is set by the Aviflow runtime and cannot be overridden"),
-    ("--time-limit 31d", "SpecError: spec.timeLimit: '31d' is out of range; give 1s to 30d"),
-    ("--image 'bad image'", "SpecError: spec.image: 'bad image' is not an image reference, e.g. 'registry.example.com/trainer:1.0'"),
-    ("--accelerate-config /nonexistent/fsdp.yaml", "SpecError: spec.accelerate.configFile: /nonexistent/fsdp.yaml does not exist or is not a regular file"),
-    ("--spec /nonexistent/train.yaml", "--spec: /nonexistent/train.yaml does not exist or is not a file"),
-    ("--backend nosuch", None),
-    ("--nodes 5 --gpus-per-node 2", "BackendError: 'notebook' needs 10 GPU slots (5 nodes x 2) but this local backend has 8; lower spec.nodes/gpusPerNode or raise AVIFLOW_LOCAL_CAPACITY"),
-    ("--resume nope-123", "--resume: no job 'nope-123'; %aviflow_jobs lists your jobs"),
-    ("--vars missing", "--vars: 'missing' is not defined in this notebook"),
-    ("--vars lock", "--vars: cannot ship 'lock' (lock): cannot pickle '_thread.lock' object"),
-])
-def test_refused_before_submission(line: str, message: str | None, shell, run_root: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "--gpus-per-node 9",
+            "SpecError: spec.gpusPerNode: must be between 1 and 8 (an HGX node has 8 GPUs), got 9; use more nodes for more GPUs",
+        ),
+        (
+            "--queue Research",
+            "SpecError: spec.queue: 'Research' is not a queue name; use lowercase letters, digits and '-' (at most 63)",
+        ),
+        (
+            "--name a/b",
+            "SpecError: metadata.name: 'a/b' contains a slash, backslash or control character; use letters, digits, '-', '_' or '.'",
+        ),
+        (
+            "--env RANK=3",
+            "SpecError: spec.env: RANK is set by the Aviflow runtime and cannot be overridden",
+        ),
+        ("--time-limit 31d", "SpecError: spec.timeLimit: '31d' is out of range; give 1s to 30d"),
+        (
+            "--image 'bad image'",
+            "SpecError: spec.image: 'bad image' is not an image reference, e.g. 'registry.example.com/trainer:1.0'",
+        ),
+        (
+            "--accelerate-config /nonexistent/fsdp.yaml",
+            "SpecError: spec.accelerate.configFile: /nonexistent/fsdp.yaml does not exist or is not a regular file",
+        ),
+        (
+            "--spec /nonexistent/train.yaml",
+            "--spec: /nonexistent/train.yaml does not exist or is not a file",
+        ),
+        ("--backend nosuch", None),
+        (
+            "--nodes 5 --gpus-per-node 2",
+            "BackendError: 'notebook' needs 10 GPU slots (5 nodes x 2) but this local backend has 8; lower spec.nodes/gpusPerNode or raise AVIFLOW_LOCAL_CAPACITY",
+        ),
+        ("--resume nope-123", "--resume: no job 'nope-123'; %aviflow_jobs lists your jobs"),
+        ("--vars missing", "--vars: 'missing' is not defined in this notebook"),
+        ("--vars lock", "--vars: cannot ship 'lock' (lock): cannot pickle '_thread.lock' object"),
+    ],
+)
+def test_refused_before_submission(
+    line: str, message: str | None, shell, run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AVIFLOW_LOCAL_CAPACITY", "8")
     shell.user_ns["lock"] = threading.Lock()
     with pytest.raises(UsageError) as raised:
@@ -157,21 +246,40 @@ def test_refused_before_submission(line: str, message: str | None, shell, run_ro
 
 def test_bad_spec_file_is_refused(shell, run_root: Path, tmp_path: Path) -> None:
     spec = tmp_path / "train.yaml"
-    spec.write_text("apiVersion: aviflow.dev/v1\nkind: TrainJob\nmetadata: {name: x}\n"
-                    "spec: {nodes: 1, node: 2, script: 'x'}\n")
+    spec.write_text(
+        "apiVersion: aviflow.dev/v1\nkind: TrainJob\nmetadata: {name: x}\n"
+        "spec: {nodes: 1, node: 2, script: 'x'}\n"
+    )
     with pytest.raises(UsageError) as raised:
         shell.run_cell_magic("aviflow_train", f"--spec {spec}", BODY)
-    assert str(raised.value) == "SpecError: spec.node: unknown key; did you mean 'nodes'?; nothing was submitted"
+    assert (
+        str(raised.value)
+        == "SpecError: spec.node: unknown key; did you mean 'nodes'?; nothing was submitted"
+    )
     assert _store_is_empty(run_root)
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ("x = (1,\n", "SyntaxError at line 2 of the cell (train.py line 1): '(' was never closed: 'x = (1,'"),
-    ("print(1)\nif True\n    pass\n", "SyntaxError at line 3 of the cell (train.py line 2): expected ':': 'if True'"),
-    ("!pip install x\n", "SyntaxError at line 2 of the cell (train.py line 1): invalid syntax: '!pip install x'"),
-    ("   \n", "the cell is empty; its body is the training script run on every rank"),
-])
-def test_syntax_errors_are_refused_with_the_line(body: str, message: str, shell, run_root: Path) -> None:
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "x = (1,\n",
+            "SyntaxError at line 2 of the cell (train.py line 1): '(' was never closed: 'x = (1,'",
+        ),
+        (
+            "print(1)\nif True\n    pass\n",
+            "SyntaxError at line 3 of the cell (train.py line 2): expected ':': 'if True'",
+        ),
+        (
+            "!pip install x\n",
+            "SyntaxError at line 2 of the cell (train.py line 1): invalid syntax: '!pip install x'",
+        ),
+        ("   \n", "the cell is empty; its body is the training script run on every rank"),
+    ],
+)
+def test_syntax_errors_are_refused_with_the_line(
+    body: str, message: str, shell, run_root: Path
+) -> None:
     with pytest.raises(OptionError) as checked:
         check_syntax(body)
     assert str(checked.value) == message
@@ -181,10 +289,43 @@ def test_syntax_errors_are_refused_with_the_line(body: str, message: str, shell,
     assert _store_is_empty(run_root)
 
 
-def test_a_refusal_is_one_line_in_the_notebook(shell, run_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_refusal_is_one_line_in_the_notebook(
+    shell, run_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     result = shell.run_cell("%%aviflow_train --nodes two\nprint(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
-        "UsageError: argument --nodes: must be an integer, got 'two'; nothing was submitted"]
+        "UsageError: argument --nodes: must be an integer, got 'two'; nothing was submitted"
+    ]
     assert _store_is_empty(run_root)
+
+
+def test_the_magic_options_are_derived_from_the_spec_model() -> None:
+    """Choices and keys come from the spec: a new mixed-precision mode or a renamed key shows
+    up in the magic without an edit there."""
+    import typing
+
+    from aviflow.spec import AccelerateSpec, TrainJobSpec
+    from aviflow_magics._build import spec_key
+    from aviflow_magics._options import ACCELERATE_FIELDS, SPEC_FIELDS, build_parser
+
+    choices = next(a.choices for a in build_parser()._actions if a.dest == "mixed_precision")
+    assert tuple(choices) == typing.get_args(
+        AccelerateSpec.model_fields["mixed_precision"].annotation
+    )
+    for name in SPEC_FIELDS:
+        assert name in TrainJobSpec.model_fields
+        assert f"--{name.replace('_', '-')}" in build_parser()._option_string_actions
+    assert [spec_key(TrainJobSpec, n) for n in SPEC_FIELDS] == [
+        "nodes",
+        "gpusPerNode",
+        "queue",
+        "image",
+        "timeLimit",
+        "maxRestarts",
+    ]
+    assert {spec_key(AccelerateSpec, f) for f in ACCELERATE_FIELDS.values()} == {
+        "mixedPrecision",
+        "configFile",
+    }

@@ -13,7 +13,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from aviflow.status import JobState
+from aviflow.records import FailureInfo, JobState
 from aviflow_magics._job import NotebookJob
 from aviflow_magics._poller import Poller
 from aviflow_magics.widgets.cancel import CancelButton
@@ -26,7 +26,9 @@ def synced(widget: w.Widget, key: str) -> Any:
     value = None
     for m in widget.comm.messages:
         data = m["data"] or {}
-        if (m["msg_type"] == "comm_open" and key in data.get("state", {})) or (data.get("method") == "update" and key in data.get("state", {})):
+        if (m["msg_type"] == "comm_open" and key in data.get("state", {})) or (
+            data.get("method") == "update" and key in data.get("state", {})
+        ):
             value = data["state"][key]
     return value
 
@@ -65,7 +67,10 @@ def test_running_job_updates_are_batched_one_message_per_widget(comms, make_job)
     assert sum(per_comm) >= 5
     assert "data-state='RUNNING'" in synced(panel.header, "value")
     chart = synced(panel.chart, "value")
-    assert re.findall(r"data-metric='(\w+)' data-points='(\d+)'", chart) == [("loss", "20"), ("lr", "20")]
+    assert re.findall(r"data-metric='(\w+)' data-points='(\d+)'", chart) == [
+        ("loss", "20"),
+        ("lr", "20"),
+    ]
     assert "<polyline" in chart
     assert list(synced(panel.checkpoints.choice, "_options_labels")) == ["step 10"]
     # nothing changed: a second snapshot only refreshes the elapsed time in the header
@@ -83,7 +88,7 @@ def test_thousands_of_points_never_flood_the_comm(comms, make_job) -> None:
     sent = sum(len(json.dumps(m["data"])) for c in all_comms(panel) for m in c.messages)
     assert sent < 64_000
     points = [int(n) for n in re.findall(r"data-points='(\d+)'", synced(panel.chart, "value"))]
-    assert points == [MAX_POINTS, MAX_POINTS]
+    assert len(points) == 2 and all(MAX_POINTS // 2 < p <= MAX_POINTS for p in points)
 
 
 def test_downsample_keeps_ends_and_extremes() -> None:
@@ -98,8 +103,13 @@ def test_downsample_keeps_ends_and_extremes() -> None:
 
 
 def test_failure_shows_first_failing_rank_and_traceback_at_the_top(comms, make_job) -> None:
-    failure = {"rank": 3, "node": 1, "exception": "RuntimeError", "message": "boom at step 7",
-               "traceback": "Traceback (most recent call last):\n  File \"train.py\", line 9\nRuntimeError: boom at step 7\n"}
+    failure = FailureInfo(
+        rank=3,
+        node=1,
+        exception="RuntimeError",
+        message="boom at step 7",
+        traceback='Traceback (most recent call last):\n  File "train.py", line 9\nRuntimeError: boom at step 7\n',
+    )
     job = make_job(JobState.FAILED, failure=failure, metrics=7)
     panel = JobPanel(job, start=False)
     panel.poller.poll_once()
@@ -109,8 +119,9 @@ def test_failure_shows_first_failing_rank_and_traceback_at_the_top(comms, make_j
     assert "First failure: rank 3 on node 1</b> &mdash; RuntimeError: boom at step 7" in box
     assert "File &quot;train.py&quot;, line 9" in box
     ranks = synced(panel.ranks, "value")
-    assert re.findall(r"data-rank='(\d)'>rank \d <span class='aviflow-rank-state' data-state='(\w+)'", ranks) == [
-        ("0", "STOPPED"), ("1", "STOPPED"), ("2", "STOPPED"), ("3", "FAILED")]
+    assert re.findall(
+        r"data-rank='(\d)'>rank \d <span class='aviflow-rank-state' data-state='(\w+)'", ranks
+    ) == [("0", "STOPPED"), ("1", "STOPPED"), ("2", "STOPPED"), ("3", "FAILED")]
     assert synced(panel.cancel.button, "disabled") is True
 
 
@@ -119,11 +130,27 @@ def test_log_viewer_follows_the_rank_selected_in_the_frontend(comms, make_job) -
     panel = JobPanel(job, start=False)
     panel.poller.poll_once()
     viewer = panel.logs
-    assert list(synced(viewer.rank, "_options_labels")) == ["all ranks", "rank 0", "rank 1", "rank 2", "rank 3"]
+    assert list(synced(viewer.rank, "_options_labels")) == [
+        "all ranks",
+        "rank 0",
+        "rank 1",
+        "rank 2",
+        "rank 3",
+    ]
     assert "[rank 3] rank 3 line 99" in synced(viewer.text, "value")
     # the frontend picks "rank 2" and a tail of 5, as a browser would
-    viewer.rank._handle_msg({"content": {"data": {"method": "update", "state": {"index": 3}, "buffer_paths": []}}, "buffers": []})
-    viewer.tail._handle_msg({"content": {"data": {"method": "update", "state": {"value": 5}, "buffer_paths": []}}, "buffers": []})
+    viewer.rank._handle_msg(
+        {
+            "content": {"data": {"method": "update", "state": {"index": 3}, "buffer_paths": []}},
+            "buffers": [],
+        }
+    )
+    viewer.tail._handle_msg(
+        {
+            "content": {"data": {"method": "update", "state": {"value": 5}, "buffer_paths": []}},
+            "buffers": [],
+        }
+    )
     shown = synced(viewer.text, "value")
     assert re.findall(r"rank 2 line (\d+)", shown) == ["95", "96", "97", "98", "99"]
     assert "rank 3" not in shown
@@ -138,7 +165,9 @@ def test_checkpoint_list_and_load_snippet(comms, make_job) -> None:
     assert list(synced(cp.choice, "_options_labels")) == ["step 10", "step 20"]
     assert synced(cp.snippet.layout, "display") == "none"
     cp.load.click()
-    path = job.latest_checkpoint()["path"]
+    path = str(job.checkpoint_path())
+    assert path.endswith("/checkpoints/step-000000020")
+    assert synced(cp.snippet, "value").startswith(f"# checkpoint step 20 of job {job.id}\n")
     assert synced(cp.snippet, "value").endswith(f"accelerator.load_state({path!r})\n")
     assert synced(cp.snippet.layout, "display") is None
 
@@ -193,5 +222,67 @@ def test_attach_replays_a_finished_job(comms, shell, make_job) -> None:
     panel.poller.join(30)
     assert panel.last is not None and panel.last.state is JobState.SUCCEEDED
     chart = synced(panel.chart, "value")
-    assert re.findall(r"data-metric='(\w+)' data-points='(\d+)'", chart) == [("loss", "50"), ("lr", "50")]
+    assert re.findall(r"data-metric='(\w+)' data-points='(\d+)'", chart) == [
+        ("loss", "50"),
+        ("lr", "50"),
+    ]
     assert "data-state='SUCCEEDED'" in synced(panel.header, "value")
+
+
+def test_series_buffer_stays_bounded_and_keeps_ends_and_spikes() -> None:
+    from aviflow_magics._snapshot import SeriesBuffer
+
+    buf = SeriesBuffer(300)
+    for step in range(1, 200_001):
+        buf.add(step, 1000.0 if step == 123_457 else float(step % 97))
+    points = buf.points()
+    assert len(buf) == 200_000 and len(points) <= 302
+    assert points[0] == (1, 1.0) and points[-1] == (200_000, float(200_000 % 97))
+    assert (123_457, 1000.0) in points
+    assert [s for s, _ in points] == sorted({s for s, _ in points})
+    small = SeriesBuffer(300)
+    for step in range(1, 11):
+        small.add(step, float(step))
+    assert small.points() == [(s, float(s)) for s in range(1, 11)]  # exact while small
+
+
+def test_a_restarted_attempt_relogging_steps_replaces_them() -> None:
+    from aviflow_magics._snapshot import SeriesBuffer
+
+    buf = SeriesBuffer(300)
+    for step in range(1, 51):
+        buf.add(step, 1.0)
+    for step in range(31, 41):  # attempt 2 resumed from the checkpoint at step 30
+        buf.add(step, 2.0)
+    assert buf.points() == [(s, 1.0) for s in range(1, 31)] + [(s, 2.0) for s in range(31, 41)]
+
+
+def test_each_refresh_reads_only_what_changed(comms, make_job, local_backend) -> None:
+    from aviflow.records import MetricRow
+    from aviflow_magics._snapshot import SnapshotReader
+
+    job = make_job(JobState.RUNNING, metrics=1000)
+    calls: list[tuple[str, int]] = []
+    real_events, real_metrics = local_backend.events, local_backend.metrics
+
+    def events(job_id: str, since: int = 0):
+        calls.append(("events", since))
+        return real_events(job_id, since)
+
+    def metrics(job_id: str, since: int = 0, after_step: int | None = None):
+        batch = real_metrics(job_id, since, after_step)
+        calls.append(("metrics", len(batch.items)))
+        return batch
+
+    local_backend.events, local_backend.metrics = events, metrics  # type: ignore[method-assign]
+    reader = SnapshotReader(job)
+    first = reader.read()
+    assert first.metric_rows == 1000
+    local_backend.run_dir(job.id).append_metric(MetricRow(1001, time.time(), 1, {"loss": 0.0}))
+    second = reader.read()
+    third = reader.read()
+    assert second.metric_rows == third.metric_rows == 1001
+    assert second.metrics["loss"][-1] == (1001, 0.0)
+    events_at = [n for kind, n in calls if kind == "events"]
+    assert events_at[0] == 0 and events_at[1] == events_at[2] > 0  # from the cursor on
+    assert [n for kind, n in calls if kind == "metrics"] == [1000, 1, 0]

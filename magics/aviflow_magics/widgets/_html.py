@@ -21,9 +21,11 @@ def esc(value: object) -> str:
 
 def badge(state: str, css_class: str = "aviflow-badge") -> str:
     color = STATE_COLORS.get(state, "#6b7280")
-    return (f"<span class='{css_class}' data-state='{esc(state)}' style='background:{color};"
-            f"color:white;border-radius:4px;padding:1px 6px;font-size:12px;font-weight:600'>"
-            f"{esc(state)}</span>")
+    return (
+        f"<span class='{css_class}' data-state='{esc(state)}' style='background:{color};"
+        f"color:white;border-radius:4px;padding:1px 6px;font-size:12px;font-weight:600'>"
+        f"{esc(state)}</span>"
+    )
 
 
 def duration(seconds: float) -> str:

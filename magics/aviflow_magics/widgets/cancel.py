@@ -16,10 +16,18 @@ class CancelButton(w.HBox):
 
     def __init__(self, canceller: Callable[[], bool], **kwargs: object) -> None:
         self.canceller = canceller
-        self.button = w.Button(description="Cancel", button_style="danger", icon="stop",
-                               tooltip="cancel this job (asks first)", layout=w.Layout(width="100px"))
-        self.confirm = w.Button(description="Yes, cancel", button_style="danger",
-                                layout=w.Layout(width="110px", display="none"))
+        self.button = w.Button(
+            description="Cancel",
+            button_style="danger",
+            icon="stop",
+            tooltip="cancel this job (asks first)",
+            layout=w.Layout(width="100px"),
+        )
+        self.confirm = w.Button(
+            description="Yes, cancel",
+            button_style="danger",
+            layout=w.Layout(width="110px", display="none"),
+        )
         self.keep = w.Button(description="No", layout=w.Layout(width="60px", display="none"))
         self.note = w.HTML(value="")
         super().__init__(children=[self.button, self.note, self.confirm, self.keep], **kwargs)

@@ -22,7 +22,9 @@ WIDTH, HEIGHT = 320, 170
 _PAD_L, _PAD_R, _PAD_T, _PAD_B = 52, 10, 22, 26
 
 
-def downsample(points: Sequence[tuple[int, float]], max_points: int = MAX_POINTS) -> list[tuple[int, float]]:
+def downsample(
+    points: Sequence[tuple[int, float]], max_points: int = MAX_POINTS
+) -> list[tuple[int, float]]:
     """At most ``max_points`` points: the first, the last, and each bucket's min and max."""
     n = len(points)
     if n <= max_points:
@@ -32,7 +34,7 @@ def downsample(points: Sequence[tuple[int, float]], max_points: int = MAX_POINTS
     size = len(inner) / buckets
     out = [points[0]]
     for b in range(buckets):
-        chunk = inner[int(b * size): int((b + 1) * size)]
+        chunk = inner[int(b * size) : int((b + 1) * size)]
         if not chunk:
             continue
         lo = min(chunk, key=lambda p: p[1])
@@ -48,7 +50,9 @@ def _fmt(v: float) -> str:
     return f"{v:.2e}"
 
 
-def render_svg(name: str, points: Sequence[tuple[int, float]], width: int = WIDTH, height: int = HEIGHT) -> str:
+def render_svg(
+    name: str, points: Sequence[tuple[int, float]], width: int = WIDTH, height: int = HEIGHT
+) -> str:
     """One chart: a polyline of ``points`` (already downsampled) with min/max labels."""
     finite = [(s, v) for s, v in points if math.isfinite(v)]
     title = f"{esc(name)}" + (f" = {_fmt(finite[-1][1])} @ step {finite[-1][0]}" if finite else "")
@@ -59,22 +63,23 @@ def render_svg(name: str, points: Sequence[tuple[int, float]], width: int = WIDT
         f"<text x='{_PAD_L}' y='14' font-size='12' font-family='sans-serif' fill='#111'>{title}</text>",
     ]
     x0, x1, y0, y1 = _PAD_L, width - _PAD_R, _PAD_T, height - _PAD_B
-    parts.append(f"<rect x='{x0}' y='{y0}' width='{x1 - x0}' height='{y1 - y0}' fill='none' stroke='#d1d5db'/>")
+    parts.append(
+        f"<rect x='{x0}' y='{y0}' width='{x1 - x0}' height='{y1 - y0}' fill='none' stroke='#d1d5db'/>"
+    )
     if finite:
         smin, smax = finite[0][0], finite[-1][0]
         vmin = min(v for _, v in finite)
         vmax = max(v for _, v in finite)
         if vmax == vmin:
             vmin, vmax = vmin - 0.5, vmax + 0.5
-        sspan = max(1, smax - smin)
-
-        def xy(s: int, v: float) -> str:
-            x = x0 + (s - smin) / sspan * (x1 - x0)
-            y = y1 - (v - vmin) / (vmax - vmin) * (y1 - y0)
-            return f"{x:.1f},{y:.1f}"
-
-        coords = " ".join(xy(s, v) for s, v in finite)
-        parts.append(f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{coords}'/>")
+        kx = (x1 - x0) / max(1, smax - smin)
+        ky = (y1 - y0) / (vmax - vmin)
+        coords = " ".join(
+            [f"{x0 + (s - smin) * kx:.1f},{y1 - (v - vmin) * ky:.1f}" for s, v in finite]
+        )
+        parts.append(
+            f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{coords}'/>"
+        )
         label = "font-size='10' font-family='sans-serif' fill='#4b5563'"
         parts += [
             f"<text x='{x0 - 4}' y='{y0 + 8}' text-anchor='end' {label}>{_fmt(vmax)}</text>",
@@ -83,22 +88,31 @@ def render_svg(name: str, points: Sequence[tuple[int, float]], width: int = WIDT
             f"<text x='{x1}' y='{y1 + 14}' text-anchor='end' {label}>step {smax}</text>",
         ]
     else:
-        parts.append(f"<text x='{(x0 + x1) // 2}' y='{(y0 + y1) // 2}' text-anchor='middle' "
-                     "font-size='11' font-family='sans-serif' fill='#9ca3af'>no points yet</text>")
+        parts.append(
+            f"<text x='{(x0 + x1) // 2}' y='{(y0 + y1) // 2}' text-anchor='middle' "
+            "font-size='11' font-family='sans-serif' fill='#9ca3af'>no points yet</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def charts_html(metrics: dict[str, list[tuple[int, float]]], max_points: int = MAX_POINTS,
-                max_charts: int = MAX_CHARTS) -> str:
+def charts_html(
+    metrics: dict[str, list[tuple[int, float]]],
+    max_points: int = MAX_POINTS,
+    max_charts: int = MAX_CHARTS,
+) -> str:
     if not metrics:
         return "<div class='aviflow-charts' style='color:#6b7280;font-size:12px'>no metrics logged yet</div>"
     names = list(metrics)
     svgs = [render_svg(n, downsample(metrics[n], max_points)) for n in names[:max_charts]]
     more = names[max_charts:]
     extra = f"<div style='font-size:11px'>also logged: {esc(', '.join(more))}</div>" if more else ""
-    return ("<div class='aviflow-charts' style='display:flex;flex-wrap:wrap'>" + "".join(svgs)
-            + "</div>" + extra)
+    return (
+        "<div class='aviflow-charts' style='display:flex;flex-wrap:wrap'>"
+        + "".join(svgs)
+        + "</div>"
+        + extra
+    )
 
 
 class MetricChart(w.HTML):

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import ipywidgets as w
 
+from aviflow.errors import AviflowError
+from aviflow.records import CheckpointRef
 from aviflow_magics._snapshot import JobSnapshot
 from aviflow_magics.widgets._html import esc
 from aviflow_magics.widgets._sync import hold_sync_all
 
+PathResolver = Callable[[CheckpointRef], Path]
 
-def load_snippet(job_id: str, checkpoint: dict) -> str:
-    """Python that loads ``checkpoint`` with accelerate's ``load_state``."""
+
+def load_snippet(ref: CheckpointRef, path: Path | None, problem: str = "") -> str:
+    """Python that loads checkpoint ``ref`` with accelerate's ``load_state``; ``path`` is
+    where this notebook sees it (None: not readable here, ``problem`` says why)."""
+    head = f"# checkpoint step {ref.step} of job {ref.job_id}\n"
+    if path is None:
+        return head + f"# {problem}\n"
     return (
-        f"# checkpoint step {checkpoint['step']} of job {job_id}\n"
-        "from accelerate import Accelerator\n"
+        head + "from accelerate import Accelerator\n"
         "accelerator = Accelerator(cpu=True)  # drop cpu=True on a GPU machine\n"
         "# build model and optimizer as in the training cell, then:\n"
         "model, optimizer = accelerator.prepare(model, optimizer)\n"
-        f"accelerator.load_state({checkpoint['path']!r})\n"
+        f"accelerator.load_state({str(path)!r})\n"
     )
 
 
@@ -27,40 +36,56 @@ def checkpoints_html(snap: JobSnapshot) -> str:
     if not snap.checkpoints:
         return "<div class='aviflow-checkpoints' style='color:#6b7280;font-size:12px'>no checkpoints yet</div>"
     rows = "".join(
-        f"<tr class='aviflow-checkpoint' data-step='{c['step']}'><td>{c['step']}</td>"
-        f"<td>{c.get('attempt', '')}</td>"
-        f"<td>{esc(time.strftime('%H:%M:%S', time.localtime(c['time'])) if c.get('time') else '')}</td>"
-        f"<td><code>{esc(c['path'])}</code></td></tr>"
+        f"<tr class='aviflow-checkpoint' data-step='{c.step}'><td>{c.step}</td>"
+        f"<td>{c.attempt if c.attempt is not None else ''}</td>"
+        f"<td>{esc(time.strftime('%H:%M:%S', time.localtime(c.time)) if c.time else '')}</td></tr>"
         for c in snap.checkpoints
     )
-    return ("<table class='aviflow-checkpoints' style='font-size:12px'><tr><th>step</th><th>attempt</th>"
-            f"<th>saved</th><th>path</th></tr>{rows}</table>")
+    return (
+        "<table class='aviflow-checkpoints' style='font-size:12px'><tr><th>step</th><th>attempt</th>"
+        f"<th>saved</th></tr>{rows}</table>"
+    )
 
 
 class CheckpointList(w.VBox):
-    def __init__(self, **kwargs: object) -> None:
+    """``resolve(ref)`` is where this notebook sees a checkpoint (a Job's ``checkpoint_path``)."""
+
+    def __init__(self, resolve: PathResolver, **kwargs: object) -> None:
+        self.resolve = resolve
         self.table = w.HTML(value="")
-        self.choice = w.Dropdown(options=[], description="checkpoint", layout=w.Layout(width="260px"))
-        self.load = w.Button(description="Load into this notebook", icon="download",
-                             tooltip="show Python that loads this checkpoint with accelerate",
-                             layout=w.Layout(width="220px"), disabled=True)
-        self.snippet = w.Textarea(value="", layout=w.Layout(width="100%", height="120px", display="none"))
-        self._job_id = ""
-        self._by_step: dict[int, dict] = {}
-        super().__init__(children=[self.table, w.HBox([self.choice, self.load]), self.snippet], **kwargs)
+        self.choice = w.Dropdown(
+            options=[], description="checkpoint", layout=w.Layout(width="260px")
+        )
+        self.load = w.Button(
+            description="Load into this notebook",
+            icon="download",
+            tooltip="show Python that loads this checkpoint with accelerate",
+            layout=w.Layout(width="220px"),
+            disabled=True,
+        )
+        self.snippet = w.Textarea(
+            value="", layout=w.Layout(width="100%", height="120px", display="none")
+        )
+        self._by_step: dict[int, CheckpointRef] = {}
+        super().__init__(
+            children=[self.table, w.HBox([self.choice, self.load]), self.snippet], **kwargs
+        )
         self.load.on_click(lambda _b: self.show_snippet())
 
     def show_snippet(self) -> None:
         found = self._by_step.get(self.choice.value)
         if found is None:
             return
+        try:
+            path, problem = self.resolve(found), ""
+        except AviflowError as exc:
+            path, problem = None, str(exc)
         with hold_sync_all(self.snippet):
-            self.snippet.value = load_snippet(self._job_id, found)
+            self.snippet.value = load_snippet(found, path, problem)
             self.snippet.layout.display = None
 
     def update_from(self, snap: JobSnapshot) -> None:
-        self._job_id = snap.id
-        self._by_step = {int(c["step"]): c for c in snap.checkpoints}
+        self._by_step = {c.step: c for c in snap.checkpoints}
         self.table.value = checkpoints_html(snap)
         options = [(f"step {s}", s) for s in self._by_step]
         if list(self.choice.options) != options:

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from aviflow.records import FailureInfo
 from aviflow_magics._snapshot import JobSnapshot
 from aviflow_magics.widgets._html import esc
 
 
-def failure_html(failure: dict) -> str:
-    rank = failure.get("rank")
-    node = failure.get("node")
-    where = f"rank {rank}" if rank is not None else "a process"
-    if node is not None:
-        where += f" on node {node}"
-    exc = failure.get("exception") or (f"exit code {failure['exit_code']}" if failure.get("exit_code") is not None else "")
-    what = f"{exc}: {failure.get('message', '')}" if failure.get("message") else exc
-    trace = failure.get("traceback") or failure.get("log_tail") or ""
+def failure_html(failure: FailureInfo) -> str:
+    where, what, trace = failure.where(), failure.what(), failure.detail()
     return (
         "<div class='aviflow-failure' style='border-left:4px solid #b91c1c;background:#fef2f2;"
         "padding:4px 8px'>"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from aviflow.status import JobState
+from aviflow.records import JobState
 from aviflow_magics._snapshot import JobSnapshot
 from aviflow_magics.widgets._html import badge, duration, esc
 

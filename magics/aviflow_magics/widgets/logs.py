@@ -19,8 +19,10 @@ def log_html(text: str) -> str:
     if len(text) > MAX_CHARS:
         text = "…" + text[-MAX_CHARS:]
     body = esc(text) if text else "<span style='color:#9ca3af'>(no output yet)</span>"
-    return ("<pre class='aviflow-log' style='max-height:220px;overflow:auto;font-size:11px;"
-            f"background:#f9fafb;margin:0;padding:4px'>{body}</pre>")
+    return (
+        "<pre class='aviflow-log' style='max-height:220px;overflow:auto;font-size:11px;"
+        f"background:#f9fafb;margin:0;padding:4px'>{body}</pre>"
+    )
 
 
 class LogViewer(w.VBox):
@@ -28,10 +30,15 @@ class LogViewer(w.VBox):
 
     def __init__(self, reader: LogReader, tail: int = 40, **kwargs: object) -> None:
         self.reader = reader
-        self.rank = w.Dropdown(options=[("all ranks", ALL)], value=ALL, description="log",
-                               layout=w.Layout(width="180px"))
-        self.tail = w.BoundedIntText(value=tail, min=1, max=2000, step=10, description="tail",
-                                     layout=w.Layout(width="140px"))
+        self.rank = w.Dropdown(
+            options=[("all ranks", ALL)],
+            value=ALL,
+            description="log",
+            layout=w.Layout(width="180px"),
+        )
+        self.tail = w.BoundedIntText(
+            value=tail, min=1, max=2000, step=10, description="tail", layout=w.Layout(width="140px")
+        )
         self.text = w.HTML(value=log_html(""))
         self._lock = threading.Lock()
         super().__init__(children=[w.HBox([self.rank, self.tail]), self.text], **kwargs)

@@ -29,8 +29,14 @@ _SECTION = "<div style='font-size:12px;font-weight:600;margin-top:6px'>{}</div>"
 class JobPanel(w.VBox):
     """A live view of one job. Updates arrive from a poller thread, batched per snapshot."""
 
-    def __init__(self, job: Job, interval: float = 1.0, max_updates_per_second: float = 2.0,
-                 start: bool = True, **kwargs: object) -> None:
+    def __init__(
+        self,
+        job: Job,
+        interval: float = 1.0,
+        max_updates_per_second: float = 2.0,
+        start: bool = True,
+        **kwargs: object,
+    ) -> None:
         self.job = job
         self.failure = FailureBox()
         self.header = JobHeader()
@@ -38,30 +44,51 @@ class JobPanel(w.VBox):
         self.ranks = RankGrid()
         self.chart = MetricChart()
         self.logs = LogViewer(lambda rank, tail: job.logs(rank=rank, tail=tail))
-        self.checkpoints = CheckpointList()
+        self.checkpoints = CheckpointList(job.checkpoint_path)
         self.error = w.HTML(value="")
         self._lock = threading.Lock()
         self.last: JobSnapshot | None = None
-        super().__init__(children=[
-            self.failure,
-            w.HBox([self.header, self.cancel], layout=w.Layout(justify_content="space-between")),
-            self.ranks,
-            w.HTML(_SECTION.format("Metrics")), self.chart,
-            w.HTML(_SECTION.format("Logs")), self.logs,
-            w.HTML(_SECTION.format("Checkpoints")), self.checkpoints,
-            self.error,
-        ], layout=w.Layout(border="1px solid #e5e7eb", padding="6px"), **kwargs)
+        super().__init__(
+            children=[
+                self.failure,
+                w.HBox(
+                    [self.header, self.cancel], layout=w.Layout(justify_content="space-between")
+                ),
+                self.ranks,
+                w.HTML(_SECTION.format("Metrics")),
+                self.chart,
+                w.HTML(_SECTION.format("Logs")),
+                self.logs,
+                w.HTML(_SECTION.format("Checkpoints")),
+                self.checkpoints,
+                self.error,
+            ],
+            layout=w.Layout(border="1px solid #e5e7eb", padding="6px"),
+            **kwargs,
+        )
         self.add_class("aviflow-panel")
-        self.poller = Poller(job, self.apply, on_error=self.show_error, interval=interval,
-                             max_updates_per_second=max_updates_per_second)
+        self.poller = Poller(
+            job,
+            self.apply,
+            on_error=self.show_error,
+            interval=interval,
+            max_updates_per_second=max_updates_per_second,
+        )
         if start:
             self.poller.start()
 
     def apply(self, snap: JobSnapshot) -> None:
         """Render one snapshot: every changed trait of every widget leaves in one batch."""
         with self._lock, hold_sync_all(self):
-            for part in (self.failure, self.header, self.cancel, self.ranks, self.chart,
-                         self.logs, self.checkpoints):
+            for part in (
+                self.failure,
+                self.header,
+                self.cancel,
+                self.ranks,
+                self.chart,
+                self.logs,
+                self.checkpoints,
+            ):
                 part.update_from(snap)
             self.error.value = ""
             self.last = snap

@@ -22,9 +22,12 @@ def ranks_html(snap: JobSnapshot) -> str:
         cells = " ".join(
             f"<span class='aviflow-rank' data-rank='{r.rank}'>rank {r.rank} "
             f"{badge(r.state, 'aviflow-rank-state')}</span>"
-            for r in snap.ranks if r.node == node
+            for r in snap.ranks
+            if r.node == node
         )
-        rows.append(f"<div class='aviflow-node' data-node='{node}'><b>node {node}</b>: {cells}</div>")
+        rows.append(
+            f"<div class='aviflow-node' data-node='{node}'><b>node {node}</b>: {cells}</div>"
+        )
     return "<div class='aviflow-ranks' style='font-size:12px'>" + "".join(rows) + "</div>"
 
 
