@@ -64,8 +64,16 @@ def member_teams(principal: Principal, cfg: HubConfig) -> list[Team]:
 
 
 def administered_teams(principal: Principal, cfg: HubConfig) -> list[str]:
-    return [t.name for t in cfg.teams
-            if principal.name in t.admins or principal.groups & set(t.admin_groups)]
+    return [
+        t.name
+        for t in cfg.teams
+        if principal.name in t.admins or principal.groups & set(t.admin_groups)
+    ]
+
+
+def scope_for(action: Action) -> str:
+    """The token scope ``action`` needs."""
+    return _SCOPE_FOR[action]
 
 
 def has_scope(principal: Principal, action: Action) -> bool:
@@ -109,20 +117,42 @@ def choose_queue(principal: Principal, requested: str, cfg: HubConfig, gpus: int
     if requested == "default":
         if len(mine) != 1:
             if not mine:
-                return QueueChoice(Decision(False, 403, f"{principal.name} is in no team; ask an admin to add you to a team's group"))
+                return QueueChoice(
+                    Decision(
+                        False,
+                        403,
+                        f"{principal.name} is in no team; ask an admin to add you to a team's group",
+                    )
+                )
             names = ", ".join(t.queue for t in mine)
-            return QueueChoice(Decision(False, 400, f"you are in several teams; set spec.queue to one of: {names}"))
+            return QueueChoice(
+                Decision(False, 400, f"you are in several teams; set spec.queue to one of: {names}")
+            )
         team = mine[0]
     else:
         found = cfg.team_for_queue(requested)
         if found is None:
             names = ", ".join(t.queue for t in mine) or "(none)"
-            return QueueChoice(Decision(False, 400, f"no queue {requested!r}; your queues: {names}"))
+            return QueueChoice(
+                Decision(False, 400, f"no queue {requested!r}; your queues: {names}")
+            )
         if not principal.admin and found not in mine:
-            return QueueChoice(Decision(False, 403, f"queue {requested!r} belongs to team {found.name!r}, which you are not in"))
+            return QueueChoice(
+                Decision(
+                    False,
+                    403,
+                    f"queue {requested!r} belongs to team {found.name!r}, which you are not in",
+                )
+            )
         team = found
     if gpus > team.gpu_quota:
-        return QueueChoice(Decision(False, 400, f"the job needs {gpus} GPUs but queue {team.queue!r} has a quota of {team.gpu_quota}"))
+        return QueueChoice(
+            Decision(
+                False,
+                400,
+                f"the job needs {gpus} GPUs but queue {team.queue!r} has a quota of {team.gpu_quota}",
+            )
+        )
     return QueueChoice(ALLOW, team)
 
 
@@ -139,8 +169,9 @@ class Visibility:
 
 
 def visibility(principal: Principal, cfg: HubConfig) -> Visibility:
-    return Visibility(principal.admin, frozenset({principal.name}),
-                      frozenset(administered_teams(principal, cfg)))
+    return Visibility(
+        principal.admin, frozenset({principal.name}), frozenset(administered_teams(principal, cfg))
+    )
 
 
 def visible_queues(principal: Principal, cfg: HubConfig) -> list[Team]:

@@ -12,15 +12,12 @@ error that names the key and suggests the closest valid one, and wrong types are
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -28,7 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from aviflow._model import StrictModel, explain, storable_problems
 from aviflow._units import parse_quantity
+from aviflow.backends.local import DEFAULT_CAPACITY
 from aviflow.errors import AviflowError
 from aviflow.names import is_dns1123_label
 
@@ -41,12 +40,12 @@ class ConfigError(AviflowError, ValueError):
     """The hub configuration is invalid; ``problems`` has one line per problem."""
 
     def __init__(self, problems: list[str] | str, source: str = "hub config") -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__(f"invalid {source}:\n" + "\n".join(f"  - {p}" for p in self.problems))
+        self._problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__(f"invalid {source}:\n" + "\n".join(f"  - {p}" for p in self._problems))
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
+    @property
+    def problems(self) -> list[str]:
+        return list(self._problems)
 
 
 def _quantity(v: str | int | None, what: str) -> str | int | None:
@@ -56,45 +55,71 @@ def _quantity(v: str | int | None, what: str) -> str | int | None:
         if parse_quantity(v) <= 0:
             raise ValueError
     except ValueError:
-        raise ValueError(f"{v!r} is not a positive {what} quantity, e.g. '2', '500m', '8Gi'") from None
+        raise ValueError(
+            f"{v!r} is not a positive {what} quantity, e.g. '2', '500m', '8Gi'"
+        ) from None
     return v
 
 
-class HubSection(_Strict):
+class HubSection(StrictModel):
     bind: str = Field("127.0.0.1", description="Address the proxy listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Public port of the proxy.")
     hub_port: int = Field(8081, alias="hubPort", ge=1, le=65535)
     proxy_api_port: int | None = Field(None, alias="proxyApiPort", ge=1, le=65535)
-    hub_connect_url: str | None = Field(None, alias="hubConnectUrl",
-                                        description="URL notebooks use to reach the hub API.")
-    data_dir: str = Field(".hub", alias="dataDir",
-                          description="State dir: hub database, cookie secret, local user homes.")
+    hub_connect_url: str | None = Field(
+        None, alias="hubConnectUrl", description="URL notebooks use to reach the hub API."
+    )
+    data_dir: str = Field(
+        ".hub",
+        alias="dataDir",
+        description="State dir: hub database, cookie secret, local user homes.",
+    )
     db_url: str | None = Field(None, alias="dbUrl")
     admins: list[str] = Field(default_factory=list)
     groups: dict[str, list[str]] = Field(
-        default_factory=dict, description="Groups loaded at start (dev); OAuth manages them otherwise.")
+        default_factory=dict,
+        description="Groups loaded at start (dev); OAuth manages them otherwise.",
+    )
     spawner: Literal["local", "kubernetes"] = "local"
     namespace: str | None = None
     default_url: str = Field("/lab", alias="defaultUrl")
-    notebook_port: int = Field(8888, alias="notebookPort", ge=1, le=65535,
-                               description="Port the single-user server listens on (Kubernetes).")
+    notebook_port: int = Field(
+        8888,
+        alias="notebookPort",
+        ge=1,
+        le=65535,
+        description="Port the single-user server listens on (Kubernetes).",
+    )
     notebook_bind: Literal["all", "podIP"] = Field(
-        "all", alias="notebookBind",
-        description="'all': 0.0.0.0; 'podIP': only the pod's own address (pods sharing a host network).")
-    notebook_args: list[str] = Field(default_factory=list, alias="notebookArgs",
-                                     description="Extra arguments for jupyterhub-singleuser.")
-    start_timeout: int = Field(300, alias="startTimeout", ge=10,
-                               description="Seconds a notebook (its pod) may take to start.")
-    http_timeout: int = Field(120, alias="httpTimeout", ge=10,
-                              description="Seconds a started notebook may take to answer.")
+        "all",
+        alias="notebookBind",
+        description="'all': 0.0.0.0; 'podIP': only the pod's own address (pods sharing a host network).",
+    )
+    notebook_args: list[str] = Field(
+        default_factory=list,
+        alias="notebookArgs",
+        description="Extra arguments for jupyterhub-singleuser.",
+    )
+    start_timeout: int = Field(
+        300,
+        alias="startTimeout",
+        ge=10,
+        description="Seconds a notebook (its pod) may take to start.",
+    )
+    http_timeout: int = Field(
+        120,
+        alias="httpTimeout",
+        ge=10,
+        description="Seconds a started notebook may take to answer.",
+    )
 
 
-class DevAuth(_Strict):
+class DevAuth(StrictModel):
     user_password: str = Field(alias="userPassword", min_length=8)
     admin_password: str | None = Field(None, alias="adminPassword", min_length=32)
 
 
-class GenericOAuth(_Strict):
+class GenericOAuth(StrictModel):
     client_id: str = Field(alias="clientId")
     client_secret: str = Field(alias="clientSecret")
     authorize_url: str = Field(alias="authorizeUrl")
@@ -103,12 +128,15 @@ class GenericOAuth(_Strict):
     callback_url: str = Field(alias="callbackUrl")
     scope: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
     username_claim: str = Field("preferred_username", alias="usernameClaim")
-    groups_claim: str | None = Field("groups", alias="groupsClaim",
-                                     description="Claim holding the user's groups; the hub then manages groups.")
+    groups_claim: str | None = Field(
+        "groups",
+        alias="groupsClaim",
+        description="Claim holding the user's groups; the hub then manages groups.",
+    )
     admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
 
 
-class AuthSection(_Strict):
+class AuthSection(StrictModel):
     type: Literal["dev", "generic-oauth"] = "dev"
     dev: DevAuth | None = None
     generic_oauth: GenericOAuth | None = Field(None, alias="genericOAuth")
@@ -122,13 +150,15 @@ class AuthSection(_Strict):
         return self
 
 
-class Team(_Strict):
+class Team(StrictModel):
     name: str
     groups: list[str] = Field(description="Hub groups whose members belong to the team.")
     admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
     admins: list[str] = Field(default_factory=list, description="Users who administer the team.")
     queue: str = Field(description="The team's Kueue LocalQueue name.")
-    gpu_quota: int = Field(8, alias="gpuQuota", ge=0, description="GPUs the queue may hold at once.")
+    gpu_quota: int = Field(
+        8, alias="gpuQuota", ge=0, description="GPUs the queue may hold at once."
+    )
 
     @field_validator("name", "queue")
     @classmethod
@@ -138,7 +168,7 @@ class Team(_Strict):
         return v
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     slug: str
     display_name: str = Field(alias="displayName")
     description: str = ""
@@ -146,10 +176,12 @@ class Profile(_Strict):
     memory: str = Field(description="Memory guaranteed and limited, e.g. '8Gi'.")
     image: str
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
-    tolerations: list[dict[str, Any]] = Field(default_factory=list,
-                                              description="Pod tolerations (Kubernetes form).")
-    groups: list[str] = Field(default_factory=list,
-                              description="Groups allowed to use the profile; empty means everyone.")
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, description="Pod tolerations (Kubernetes form)."
+    )
+    groups: list[str] = Field(
+        default_factory=list, description="Groups allowed to use the profile; empty means everyone."
+    )
     default: bool = False
 
     @field_validator("slug")
@@ -170,7 +202,7 @@ class Profile(_Strict):
         return _quantity(v, "memory")  # type: ignore[return-value]
 
 
-class StorageSection(_Strict):
+class StorageSection(StrictModel):
     capacity: str = "10Gi"
     storage_class: str | None = Field(None, alias="storageClass")
     mount_path: str = Field("/home/jovyan", alias="mountPath")
@@ -181,30 +213,58 @@ class StorageSection(_Strict):
         return _quantity(v, "storage")  # type: ignore[return-value]
 
 
-class CullerSection(_Strict):
+class CullerSection(StrictModel):
     enabled: bool = True
-    timeout: int = Field(3600, ge=60, description="Seconds of inactivity before a notebook is stopped.")
+    timeout: int = Field(
+        3600, ge=60, description="Seconds of inactivity before a notebook is stopped."
+    )
     every: int = Field(300, ge=10, description="Seconds between culler runs.")
-    max_age: int = Field(0, alias="maxAge", ge=0, description="Stop notebooks older than this (0: never).")
+    max_age: int = Field(
+        0, alias="maxAge", ge=0, description="Stop notebooks older than this (0: never)."
+    )
 
 
-class ApiSection(_Strict):
+class LocalBackendSection(StrictModel):
+    """Settings of the ``local`` backend (jobs as process groups on the service's machine)."""
+
+    capacity: int = Field(
+        DEFAULT_CAPACITY, ge=1, description="GPU slots (processes) the machine runs at once."
+    )
+
+
+class ApiSection(StrictModel):
     bind: str = "127.0.0.1"
     port: int = Field(8088, ge=1, le=65535)
-    url: str | None = Field(None, description="URL the hub uses for the service (default from bind/port).")
+    url: str | None = Field(
+        None, description="URL the hub uses for the service (default from bind/port)."
+    )
     notebook_url: str | None = Field(
-        None, alias="notebookUrl",
-        description="Base URL notebooks use for aviflow-api (default: the service URL + prefix).")
-    database: str | None = Field(None, description="SQLAlchemy URL of the ledger (default SQLite in dataDir).")
-    backend: str = "local"
+        None,
+        alias="notebookUrl",
+        description="Base URL notebooks use for aviflow-api (default: the service URL + prefix).",
+    )
+    database: str | None = Field(
+        None, description="SQLAlchemy URL of the ledger (default SQLite in dataDir)."
+    )
+    backend: str = Field("local", description="The job backend (an aviflow.backends entry point).")
     run_root: str | None = Field(None, alias="runRoot")
-    local_capacity: int | None = Field(None, alias="localCapacity", ge=1)
-    ingest_every: float = Field(5.0, alias="ingestEvery", gt=0)
+    local: LocalBackendSection = Field(
+        default_factory=LocalBackendSection,  # type: ignore[arg-type]
+        description="Settings of the local backend.",
+    )
+    ingest_every: float = Field(
+        1.0,
+        alias="ingestEvery",
+        gt=0,
+        description="Seconds between two reads of the backend's change feed.",
+    )
 
 
-class HubConfig(_Strict):
+class HubConfig(StrictModel):
     hub: HubSection = Field(default_factory=HubSection)  # type: ignore[arg-type]
-    auth: AuthSection = Field(default_factory=lambda: AuthSection(dev=DevAuth(userPassword="aviflow-dev")))
+    auth: AuthSection = Field(
+        default_factory=lambda: AuthSection(dev=DevAuth(userPassword="aviflow-dev"))
+    )
     teams: list[Team] = Field(default_factory=list)
     profiles: list[Profile] = Field(default_factory=list)
     storage: StorageSection = Field(default_factory=StorageSection)  # type: ignore[arg-type]
@@ -215,9 +275,11 @@ class HubConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> HubConfig:
-        for what, names in (("team name", [t.name for t in self.teams]),
-                            ("team queue", [t.queue for t in self.teams]),
-                            ("profile slug", [p.slug for p in self.profiles])):
+        for what, names in (
+            ("team name", [t.name for t in self.teams]),
+            ("team queue", [t.queue for t in self.teams]),
+            ("profile slug", [p.slug for p in self.profiles]),
+        ):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"duplicate {what}: {', '.join(dup)}")
@@ -232,10 +294,13 @@ class HubConfig(_Strict):
             data = {}
         if not isinstance(data, dict):
             raise ConfigError(f"the top level must be a mapping, got {type(data).__name__}", source)
+        problems = storable_problems(data)
+        if problems:
+            raise ConfigError(problems, source)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc), source) from None
+            raise ConfigError(explain(exc, HubConfig), source) from None
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "hub config") -> HubConfig:
@@ -282,8 +347,17 @@ class HubConfig(_Strict):
     def ledger_url(self) -> str:
         return self.api.database or f"sqlite:///{self.data_path() / 'aviflow-ledger.sqlite'}"
 
-    def run_root(self) -> Path:
-        return self.resolve(self.api.run_root) if self.api.run_root else self.data_path() / "runs"
+    def run_root(self, base: Path | None = None) -> Path:
+        """The run store the service's local backend writes (and hub notebooks mount)."""
+        if self.api.run_root:
+            return self.resolve(self.api.run_root, base)
+        return self.data_path(base) / "runs"
+
+    def backend_settings(self) -> dict[str, Any]:
+        """The configuration section of ``api.backend`` (empty for a backend without one)."""
+        if self.api.backend == "local":
+            return self.api.local.model_dump(by_alias=True)
+        return {}
 
 
 def load_config(path: str | Path | None = None) -> HubConfig:
@@ -300,51 +374,3 @@ def load_config(path: str | Path | None = None) -> HubConfig:
     cfg = HubConfig.from_yaml(text, source=str(p))
     cfg._base = p.resolve().parent
     return cfg
-
-
-# -- error messages ------------------------------------------------------------------------------
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = HubConfig
-    for part in loc:
-        if model is None:
-            return None
-        if isinstance(part, int):
-            continue
-        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
-        if field is None:
-            return None
-        model = _inner_model(field.annotation)
-    return model
-
-
-def _inner_model(ann: Any) -> type[BaseModel] | None:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in getattr(ann, "__args__", ()) or ():
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _explain(exc: ValidationError) -> list[str]:
-    problems: list[str] = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p[:1].isupper()))
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(loc[:-1])
-            valid = [f.alias or n for n, f in parent.model_fields.items()] if parent else []
-            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = (f"; did you mean '{close[0]}'?" if close
-                    else f"; valid keys: {', '.join(valid)}" if valid else "")
-            problems.append(f"{where}: unknown key{hint}")
-        elif err["type"] == "missing":
-            problems.append(f"{where}: required key is missing")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            got = err.get("input")
-            shown = f" (got {type(got).__name__} {got!r})" if err["type"].endswith("_type") else ""
-            problems.append(f"{where}: {msg}{shown}")
-    return problems

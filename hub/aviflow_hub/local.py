@@ -25,7 +25,9 @@ def config_file() -> Path:
     return Path(str(files("aviflow_hub").joinpath("jupyterhub_config.py")))
 
 
-def hub_command(config_path: Path, python: str = sys.executable) -> tuple[list[str], dict[str, str], Path]:
+def hub_command(
+    config_path: Path, python: str = sys.executable
+) -> tuple[list[str], dict[str, str], Path]:
     """(argv, environment, working directory) that start the hub for ``config_path``."""
     cfg = load_config(config_path)
     env = dict(os.environ)
@@ -36,19 +38,26 @@ def hub_command(config_path: Path, python: str = sys.executable) -> tuple[list[s
 
 
 def welcome(cfg: HubConfig) -> str:
-    users = sorted({u for members in cfg.hub.groups.values() for u in members} | set(cfg.hub.admins))
+    users = sorted(
+        {u for members in cfg.hub.groups.values() for u in members} | set(cfg.hub.admins)
+    )
     url = f"http://{cfg.hub.bind}:{cfg.hub.port}"
     lines = [f"Aviflow hub on {url}", f"  users: {', '.join(users) or '(any)'}"]
     if cfg.auth.type == "dev" and cfg.auth.dev is not None:
-        lines.append(f"  password: {cfg.auth.dev.user_password} (admins: the adminPassword in the config)")
+        lines.append(
+            f"  password: {cfg.auth.dev.user_password} (admins: the adminPassword in the config)"
+        )
     lines.append(f"  usage report: {url}/services/aviflow-api/report")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aviflow_hub.local", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path,
-                        default=Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG))
+    parser = argparse.ArgumentParser(
+        prog="python -m aviflow_hub.local", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--config", type=Path, default=Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+    )
     ns = parser.parse_args(argv)
     try:
         cfg = load_config(ns.config)
@@ -56,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     if shutil.which("configurable-http-proxy") is None:
-        print("configurable-http-proxy is not installed; run `bash tools/sysdeps.sh` (needs npm)",
-              file=sys.stderr)
+        print(
+            "configurable-http-proxy is not installed; run `bash tools/sysdeps.sh` (needs npm)",
+            file=sys.stderr,
+        )
         return 2
     argv_, env, cwd = hub_command(ns.config)
     cwd.mkdir(parents=True, exist_ok=True)

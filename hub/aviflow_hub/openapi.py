@@ -23,5 +23,9 @@ def openapi_document(base_url: str = "/services/aviflow-api/") -> dict[str, Any]
 
 def operations() -> list[tuple[str, str]]:
     """(method, path) of every documented operation."""
-    return [(m.upper(), path) for path, item in _document()["paths"].items() for m in item
-            if m in {"get", "post", "put", "delete", "patch"}]
+    return [
+        (m.upper(), path)
+        for path, item in _document()["paths"].items()
+        for m in item
+        if m in {"get", "post", "put", "delete", "patch"}
+    ]

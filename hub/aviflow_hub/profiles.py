@@ -43,11 +43,12 @@ def profile_entry(profile: Profile) -> dict[str, Any]:
     return entry
 
 
-def profiles_for(cfg: HubConfig, groups: Iterable[str], admin: bool = False) -> list[dict[str, Any]]:
+def profiles_for(
+    cfg: HubConfig, groups: Iterable[str], admin: bool = False
+) -> list[dict[str, Any]]:
     """The profiles a user in ``groups`` may choose (hub admins may choose every profile)."""
     mine = set(groups)
-    return [profile_entry(p) for p in cfg.profiles
-            if admin or not p.groups or mine & set(p.groups)]
+    return [profile_entry(p) for p in cfg.profiles if admin or not p.groups or mine & set(p.groups)]
 
 
 def _cores(value: str | int) -> float:

@@ -11,16 +11,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aviflow.backends.hub import API_URL_ENV, RUNS_MOUNT_ENV
 from aviflow_hub.authz import CUSTOM_SCOPES, READ_SCOPE, SUBMIT_SCOPE
 from aviflow_hub.config import CULLER_NAME, SERVICE_NAME, HubConfig
 
-API_URL_ENV = "AVIFLOW_API_URL"
 POD_IP_ENV = "POD_IP"
 SERVICE_ACCESS = f"access:services!service={SERVICE_NAME}"
 USER_SCOPES = ["self", SERVICE_ACCESS, READ_SCOPE, SUBMIT_SCOPE]
 # $JUPYTERHUB_API_TOKEN of a notebook: the server role's scopes plus aviflow-api access.
-SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", SERVICE_ACCESS,
-                       READ_SCOPE, SUBMIT_SCOPE]
+SERVER_TOKEN_SCOPES = [
+    "users:activity!user",
+    "access:servers!server",
+    SERVICE_ACCESS,
+    READ_SCOPE,
+    SUBMIT_SCOPE,
+]
 # The service reads users' groups and admin flag to authorize; nothing more.
 SERVICE_SCOPES = ["list:users", "read:users", "read:groups"]
 # jupyterhub-idle-culler: notebook servers only. It has no scope over aviflow-api, so it can
@@ -28,36 +33,62 @@ SERVICE_SCOPES = ["list:users", "read:users", "read:groups"]
 CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
 
 
-def notebook_environment(cfg: HubConfig) -> dict[str, str]:
-    """What a spawned notebook needs to reach aviflow-api (with its $JUPYTERHUB_API_TOKEN)."""
-    return {API_URL_ENV: cfg.notebook_api_url}
+def notebook_environment(cfg: HubConfig, runs_mount: Path | None = None) -> dict[str, str]:
+    """What a spawned notebook needs to reach aviflow-api (with its $JUPYTERHUB_API_TOKEN),
+    and where it mounts the run store, if it does (to load checkpoints)."""
+    env = {API_URL_ENV: cfg.notebook_api_url}
+    if runs_mount is not None:
+        env[RUNS_MOUNT_ENV] = str(runs_mount)
+    return env
 
 
 def roles(cfg: HubConfig) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
-        {"name": "user", "description": "Hub users: their notebook and their Aviflow jobs",
-         "scopes": list(USER_SCOPES)},
-        {"name": "aviflow-api", "description": "aviflow-api reads users and groups to authorize",
-         "scopes": list(SERVICE_SCOPES), "services": [SERVICE_NAME]},
+        {
+            "name": "user",
+            "description": "Hub users: their notebook and their Aviflow jobs",
+            "scopes": list(USER_SCOPES),
+        },
+        {
+            "name": "aviflow-api",
+            "description": "aviflow-api reads users and groups to authorize",
+            "scopes": list(SERVICE_SCOPES),
+            "services": [SERVICE_NAME],
+        },
     ]
     if cfg.culler.enabled:
-        out.append({"name": CULLER_NAME, "description": "Stop idle notebook servers",
-                    "scopes": list(CULLER_SCOPES), "services": [CULLER_NAME]})
+        out.append(
+            {
+                "name": CULLER_NAME,
+                "description": "Stop idle notebook servers",
+                "scopes": list(CULLER_SCOPES),
+                "services": [CULLER_NAME],
+            }
+        )
     return out
 
 
-def services(cfg: HubConfig, config_path: Path, python: str = sys.executable) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{
-        "name": SERVICE_NAME,
-        "display": True,
-        "url": cfg.api_url,
-        "command": [python, "-m", "aviflow_hub.service", "--config", str(config_path)],
-        "oauth_no_confirm": True,
-        "oauth_client_allowed_scopes": [READ_SCOPE, SUBMIT_SCOPE],
-    }]
+def services(
+    cfg: HubConfig, config_path: Path, python: str = sys.executable
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {
+            "name": SERVICE_NAME,
+            "display": True,
+            "url": cfg.api_url,
+            "command": [python, "-m", "aviflow_hub.service", "--config", str(config_path)],
+            "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": [READ_SCOPE, SUBMIT_SCOPE],
+        }
+    ]
     if cfg.culler.enabled:
-        cmd = [python, "-m", "jupyterhub_idle_culler", f"--timeout={cfg.culler.timeout}",
-               f"--cull-every={cfg.culler.every}"]
+        cmd = [
+            python,
+            "-m",
+            "jupyterhub_idle_culler",
+            f"--timeout={cfg.culler.timeout}",
+            f"--cull-every={cfg.culler.every}",
+        ]
         if cfg.culler.max_age:
             cmd.append(f"--max-age={cfg.culler.max_age}")
         out.append({"name": CULLER_NAME, "command": cmd})
@@ -102,16 +133,22 @@ def authenticator(cfg: HubConfig) -> dict[str, dict[str, Any]]:
     }
 
 
-def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dict[str, dict[str, Any]]:
-    env = notebook_environment(cfg)
+def spawner(
+    cfg: HubConfig, data_dir: Path, python: str = sys.executable, base_dir: Path | None = None
+) -> dict[str, dict[str, Any]]:
+    # Local notebooks run on the service's machine: they read its run store directly.
+    local = cfg.hub.spawner == "local"
+    env = notebook_environment(cfg, cfg.run_root(base_dir) if local else None)
     common: dict[str, Any] = {
-        "environment": env, "default_url": cfg.hub.default_url,
+        "environment": env,
+        "default_url": cfg.hub.default_url,
         "server_token_scopes": list(SERVER_TOKEN_SCOPES),
-        "start_timeout": cfg.hub.start_timeout, "http_timeout": cfg.hub.http_timeout,
+        "start_timeout": cfg.hub.start_timeout,
+        "http_timeout": cfg.hub.http_timeout,
     }
     if cfg.hub.notebook_args:
         common["args"] = list(cfg.hub.notebook_args)
-    if cfg.hub.spawner == "local":
+    if local:
         return {
             "JupyterHub": {"spawner_class": "aviflow_hub.spawners.LocalNotebookSpawner"},
             "Spawner": {**common, "cmd": [python, "-m", "jupyterhub.singleuser"]},
@@ -138,17 +175,24 @@ def spawner(cfg: HubConfig, data_dir: Path, python: str = sys.executable) -> dic
         # Listen on the pod's own address only: $(POD_IP) is expanded by the kubelet in
         # $JUPYTERHUB_SERVICE_URL (built from `ip`), which jupyterhub-singleuser binds to.
         kube["ip"] = "$(POD_IP)"
-        kube["environment"] = {**env, POD_IP_ENV: {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}}
+        kube["environment"] = {
+            **env,
+            POD_IP_ENV: {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        }
     if cfg.storage.storage_class:
         kube["storage_class"] = cfg.storage.storage_class
     if cfg.hub.namespace:
         kube["namespace"] = cfg.hub.namespace
-    return {"JupyterHub": {"spawner_class": "aviflow_hub.kube_spawner.AviflowKubeSpawner"},
-            "Spawner": common, "KubeSpawner": kube}
+    return {
+        "JupyterHub": {"spawner_class": "aviflow_hub.kube_spawner.AviflowKubeSpawner"},
+        "Spawner": common,
+        "KubeSpawner": kube,
+    }
 
 
-def hub_settings(cfg: HubConfig, config_path: Path, base_dir: Path | None = None,
-                 python: str = sys.executable) -> dict[str, dict[str, Any]]:
+def hub_settings(
+    cfg: HubConfig, config_path: Path, base_dir: Path | None = None, python: str = sys.executable
+) -> dict[str, dict[str, Any]]:
     """Every JupyterHub setting the config implies, as ``{class: {trait: value}}``."""
     data_dir = cfg.data_path(base_dir)
     out: dict[str, dict[str, Any]] = {
@@ -170,8 +214,10 @@ def hub_settings(cfg: HubConfig, config_path: Path, base_dir: Path | None = None
     if cfg.hub.hub_connect_url:
         out["JupyterHub"]["hub_connect_url"] = cfg.hub.hub_connect_url
     if cfg.hub.groups and cfg.auth.type == "dev":
-        out["JupyterHub"]["load_groups"] = {g: {"users": list(u)} for g, u in cfg.hub.groups.items()}
-    for part in (authenticator(cfg), spawner(cfg, data_dir, python)):
+        out["JupyterHub"]["load_groups"] = {
+            g: {"users": list(u)} for g, u in cfg.hub.groups.items()
+        }
+    for part in (authenticator(cfg), spawner(cfg, data_dir, python, base_dir)):
         for cls, traits in part.items():
             out.setdefault(cls, {}).update(traits)
     return out

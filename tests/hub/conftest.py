@@ -2,6 +2,10 @@
 
 ``hub_config``
     ``hub_config(**section_overrides)`` -> a config dict for two teams on free ports.
+``Hub``
+    What the hub fixtures return: ``call(method, path, token)`` (aviflow-api), ``page(path,
+    token)`` (its HTML pages), ``token(user)``, ``spawn``/``stop_server``, ``log()``, and
+    ``until(check, what)``, which polls for what the ledger shows within a second or two.
 ``hub_factory``
     ``hub_factory(cfg=None, env=None)`` -> another real hub like ``real_hub`` (any config dict,
     extra environment), stopped after the test.
@@ -57,19 +61,45 @@ def free_port() -> int:
 
 def base_config(**overrides: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "hub": {"bind": "127.0.0.1", "port": free_port(), "hubPort": free_port(),
-                "proxyApiPort": free_port(), "dataDir": "state", "spawner": "local",
-                "admins": ["root"],
-                "groups": {"a": ["alice"], "b": ["bob"], "a-admins": ["lead"]}},
+        "hub": {
+            "bind": "127.0.0.1",
+            "port": free_port(),
+            "hubPort": free_port(),
+            "proxyApiPort": free_port(),
+            "dataDir": "state",
+            "spawner": "local",
+            "admins": ["root"],
+            "groups": {"a": ["alice"], "b": ["bob"], "a-admins": ["lead"]},
+        },
         "auth": {"type": "dev", "dev": {"userPassword": PASSWORD, "adminPassword": ADMIN_PASSWORD}},
-        "teams": [{"name": "team-a", "groups": ["a"], "adminGroups": ["a-admins"], "queue": "queue-a",
-                   "gpuQuota": 4},
-                  {"name": "team-b", "groups": ["b"], "queue": "queue-b", "gpuQuota": 4}],
-        "profiles": [{"slug": "small", "displayName": "Small", "cpu": 1, "memory": "1Gi",
-                      "image": "aviflow/notebook:test", "nodeSelector": {"aviflow.dev/node-pool": "cpu"}}],
+        "teams": [
+            {
+                "name": "team-a",
+                "groups": ["a"],
+                "adminGroups": ["a-admins"],
+                "queue": "queue-a",
+                "gpuQuota": 4,
+            },
+            {"name": "team-b", "groups": ["b"], "queue": "queue-b", "gpuQuota": 4},
+        ],
+        "profiles": [
+            {
+                "slug": "small",
+                "displayName": "Small",
+                "cpu": 1,
+                "memory": "1Gi",
+                "image": "aviflow/notebook:test",
+                "nodeSelector": {"aviflow.dev/node-pool": "cpu"},
+            }
+        ],
         "culler": {"enabled": True, "timeout": 3600, "every": 60},
-        "api": {"bind": "127.0.0.1", "port": free_port(), "backend": "local", "localCapacity": 1,
-                "ingestEvery": 1.0},
+        "api": {
+            "bind": "127.0.0.1",
+            "port": free_port(),
+            "backend": "local",
+            "local": {"capacity": 1},
+            "ingestEvery": 1.0,
+        },
     }
     for key, value in overrides.items():
         cfg[key] = value
@@ -117,16 +147,24 @@ class Hub:
 
     def server(self, user: str, token: str) -> dict[str, Any] | None:
         """The user's default server model from the hub API (None when it has none)."""
-        r = requests.get(f"{self.url}/hub/api/users/{user}", headers={"Authorization": f"token {token}"},
-                         timeout=60)
+        r = requests.get(
+            f"{self.url}/hub/api/users/{user}",
+            headers={"Authorization": f"token {token}"},
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         return r.json()["servers"].get("")
 
-    def spawn(self, user: str, token: str, options: dict[str, Any] | None = None,
-              timeout: float = 600) -> dict[str, Any]:
+    def spawn(
+        self, user: str, token: str, options: dict[str, Any] | None = None, timeout: float = 600
+    ) -> dict[str, Any]:
         """Start the user's server through the hub API and wait until the hub says it is ready."""
-        r = requests.post(f"{self.url}/hub/api/users/{user}/server", json=options or {},
-                          headers={"Authorization": f"token {token}"}, timeout=timeout)
+        r = requests.post(
+            f"{self.url}/hub/api/users/{user}/server",
+            json=options or {},
+            headers={"Authorization": f"token {token}"},
+            timeout=timeout,
+        )
         assert r.status_code in (201, 202), (r.status_code, r.text, self.log()[-6000:])
         deadline = time.monotonic() + timeout
         while True:
@@ -139,8 +177,11 @@ class Hub:
 
     def stop_server(self, user: str, token: str, timeout: float = 300) -> None:
         """Stop the user's server through the hub API and wait until the hub has no server."""
-        r = requests.delete(f"{self.url}/hub/api/users/{user}/server",
-                            headers={"Authorization": f"token {token}"}, timeout=timeout)
+        r = requests.delete(
+            f"{self.url}/hub/api/users/{user}/server",
+            headers={"Authorization": f"token {token}"},
+            timeout=timeout,
+        )
         assert r.status_code in (202, 204), (r.status_code, r.text)
         deadline = time.monotonic() + timeout
         while self.server(user, token) is not None:
@@ -149,7 +190,28 @@ class Hub:
 
     def call(self, method: str, path: str, token: str | None, **kw: Any) -> requests.Response:
         headers = {"Authorization": f"token {token}"} if token else {}
+        headers.update(kw.pop("headers", {}))
         return requests.request(method, self.api + path, headers=headers, timeout=120, **kw)
+
+    def page(self, path: str, token: str) -> requests.Response:
+        """A page of the service (``""``: the job list, ``"report"``) with a token."""
+        return requests.get(
+            f"{self.url}/services/aviflow-api/{path}",
+            timeout=120,
+            headers={"Authorization": f"token {token}"},
+        )
+
+    @staticmethod
+    def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+        """Poll ``check`` until it returns something truthy (the ledger follows the backend's
+        change feed every ``api.ingestEvery`` second); fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = check()
+            if found:
+                return found
+            assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+            time.sleep(0.2)
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> None:
@@ -192,8 +254,15 @@ def start_hub(directory: Path, cfg: dict[str, Any], env: dict[str, str] | None =
     cwd.mkdir(parents=True, exist_ok=True)
     log_path = directory / "hub.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{cfg['hub']['port']}"
     hub = Hub(url=url, config_path=path, run_root=cwd / "runs", process=proc, log_path=log_path)
     try:
@@ -251,23 +320,45 @@ def real_hub(stop_jobs: Callable[[Path], list[str]]) -> Iterator[Hub]:
 
 def _message(code: str, session: str) -> dict[str, Any]:
     return {
-        "header": {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "session": session,
-                   "username": "test", "version": "5.3", "date": datetime.now(UTC).isoformat()},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": False,
-                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "msg_type": "execute_request",
+            "session": session,
+            "username": "test",
+            "version": "5.3",
+            "date": datetime.now(UTC).isoformat(),
+        },
+        "parent_header": {},
+        "metadata": {},
+        "channel": "shell",
+        "buffers": [],
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
     }
 
 
-def _run_in_kernel(base: str, token: str, code: str, timeout: float = 300) -> tuple[str, str | None]:
+def _run_in_kernel(
+    base: str, token: str, code: str, timeout: float = 300
+) -> tuple[str, str | None]:
     headers = {"Authorization": f"token {token}"}
     r = requests.post(f"{base}api/kernels", json={"name": "python3"}, headers=headers, timeout=120)
     assert r.status_code == 201, (r.status_code, r.text)
     kernel = r.json()["id"]
     try:
         session = uuid.uuid4().hex
-        ws_url = base.replace("http://", "ws://", 1) + f"api/kernels/{kernel}/channels?session_id={session}"
-        ws = websocket.create_connection(ws_url, header=[f"Authorization: token {token}"], timeout=timeout)
+        ws_url = (
+            base.replace("http://", "ws://", 1)
+            + f"api/kernels/{kernel}/channels?session_id={session}"
+        )
+        ws = websocket.create_connection(
+            ws_url, header=[f"Authorization: token {token}"], timeout=timeout
+        )
         try:
             msg = _message(code, session)
             ws.send(json.dumps(msg))
@@ -304,6 +395,7 @@ def run_in_kernel() -> Any:
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
 
+
 def _pg_bin(name: str) -> str:
     found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
     assert found, f"PostgreSQL server binaries are missing; run tools/sysdeps.sh ({name})"
@@ -316,14 +408,35 @@ def postgres_url() -> Iterator[str]:
     os.chmod(directory, 0o777)
     data, port = directory / "data", free_port()
     as_pg: list[str] = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_pg, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                    "--no-sync"], check=True, capture_output=True)
-    subprocess.run([*as_pg, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(directory / "pg.log"),
-                    "-o", f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off",
-                    "-w", "-t", "120", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_pg, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *as_pg,
+            _pg_bin("pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(directory / "pg.log"),
+            "-o",
+            f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-w",
+            "-t",
+            "120",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*as_pg, _pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                       check=False, capture_output=True)
+        subprocess.run(
+            [*as_pg, _pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+            check=False,
+            capture_output=True,
+        )
         shutil.rmtree(directory, ignore_errors=True)

@@ -52,29 +52,60 @@ def _free_port() -> int:
 
 def _profiles() -> list[dict[str, Any]]:
     return [
-        {"slug": "small", "displayName": "Small", "cpu": "500m", "memory": "1Gi",
-         "image": "aviflow/notebook:test", "nodeSelector": {POOL: "cpu"}, "default": True},
-        {"slug": "team-a-medium", "displayName": "Medium (team a)", "cpu": 2, "memory": "3Gi",
-         "image": "aviflow/notebook:test", "nodeSelector": {POOL: "cpu"},
-         "tolerations": [TOLERATION], "groups": ["a"]},
+        {
+            "slug": "small",
+            "displayName": "Small",
+            "cpu": "500m",
+            "memory": "1Gi",
+            "image": "aviflow/notebook:test",
+            "nodeSelector": {POOL: "cpu"},
+            "default": True,
+        },
+        {
+            "slug": "team-a-medium",
+            "displayName": "Medium (team a)",
+            "cpu": 2,
+            "memory": "3Gi",
+            "image": "aviflow/notebook:test",
+            "nodeSelector": {POOL: "cpu"},
+            "tolerations": [TOLERATION],
+            "groups": ["a"],
+        },
     ]
 
 
 def _storage(api: client.ApiClient, name: str, path: Path) -> None:
     """A StorageClass and one hostPath PersistentVolume for the user's home PVC."""
-    client.StorageV1Api(api).create_storage_class({
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
-        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"})
-    client.CoreV1Api(api).create_persistent_volume({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "storageClassName": name, "persistentVolumeReclaimPolicy": "Retain",
-                 "hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}})
+    client.StorageV1Api(api).create_storage_class(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        }
+    )
+    client.CoreV1Api(api).create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": name,
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+            },
+        }
+    )
 
 
 def _delete_storage(api: client.ApiClient, name: str) -> None:
-    for delete in (client.CoreV1Api(api).delete_persistent_volume,
-                   client.StorageV1Api(api).delete_storage_class):
+    for delete in (
+        client.CoreV1Api(api).delete_persistent_volume,
+        client.StorageV1Api(api).delete_storage_class,
+    ):
         try:
             delete(name)
         except client.ApiException as exc:
@@ -88,20 +119,38 @@ def _pods(core: client.CoreV1Api, namespace: str, user: str) -> list[Any]:
 
 
 def _listeners(port: int) -> list[str]:
-    return sorted(c.laddr.ip for c in psutil.net_connections("tcp")
-                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port)
+    return sorted(
+        c.laddr.ip
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    )
 
 
 def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
-        k8s_cluster: Any, k8s_namespace: str, hub_factory: Any, hub_config: Any, run_in_kernel: Any,
-        tmp_path: Path) -> None:
+    k8s_cluster: Any,
+    k8s_namespace: str,
+    hub_factory: Any,
+    hub_config: Any,
+    run_in_kernel: Any,
+    tmp_path: Path,
+) -> None:
     storage_name = f"aviflow-hub-{uuid.uuid4().hex[:8]}"
     port = _free_port()
     cfg = hub_config(
-        hub={**hub_config()["hub"], "spawner": "kubernetes", "namespace": k8s_namespace,
-             "notebookPort": port, "notebookBind": "podIP", "notebookArgs": ["--allow-root"]},
+        hub={
+            **hub_config()["hub"],
+            "spawner": "kubernetes",
+            "namespace": k8s_namespace,
+            "notebookPort": port,
+            "notebookBind": "podIP",
+            "notebookArgs": ["--allow-root"],
+        },
         profiles=_profiles(),
-        storage={"capacity": "1Gi", "storageClass": storage_name, "mountPath": str(tmp_path / "home")},
+        storage={
+            "capacity": "1Gi",
+            "storageClass": storage_name,
+            "mountPath": str(tmp_path / "home"),
+        },
     )
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
@@ -112,26 +161,46 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
 
             # bob (group b) may not choose team a's profile: refused with a 400 that names his
             # choices; no server, no pod, no PVC.
-            r = requests.post(f"{hub.url}/hub/api/users/bob/server", json={"profile": "team-a-medium"},
-                              headers={"Authorization": f"token {bob}"}, timeout=300)
+            r = requests.post(
+                f"{hub.url}/hub/api/users/bob/server",
+                json={"profile": "team-a-medium"},
+                headers={"Authorization": f"token {bob}"},
+                timeout=300,
+            )
             assert (r.status_code, r.json()["message"]) == (
-                400, "No such profile: team-a-medium. Options include: small"), r.text
+                400,
+                "No such profile: team-a-medium. Options include: small",
+            ), r.text
             assert hub.server("bob", bob) is None
             assert _pods(core, k8s_namespace, "bob") == []
-            assert not [c for c in core.list_namespaced_persistent_volume_claim(k8s_namespace).items
-                        if "bob" in c.metadata.name]
+            assert not [
+                c
+                for c in core.list_namespaced_persistent_volume_claim(k8s_namespace).items
+                if "bob" in c.metadata.name
+            ]
 
             server = hub.spawn("alice", alice, {"profile": "team-a-medium"}, timeout=900)
             assert server["user_options"] == {"profile": "team-a-medium"}
             [pod] = _pods(core, k8s_namespace, "alice")
             [container] = pod.spec.containers
             res = container.resources
-            assert {k: parse_quantity(v) for k, v in res.requests.items()} == {"cpu": 2, "memory": 3 * 2**30}
-            assert {k: parse_quantity(v) for k, v in res.limits.items()} == {"cpu": 2, "memory": 3 * 2**30}
+            assert {k: parse_quantity(v) for k, v in res.requests.items()} == {
+                "cpu": 2,
+                "memory": 3 * 2**30,
+            }
+            assert {k: parse_quantity(v) for k, v in res.limits.items()} == {
+                "cpu": 2,
+                "memory": 3 * 2**30,
+            }
             assert pod.spec.node_selector == {POOL: "cpu"}
             tolerations = [t.to_dict() for t in pod.spec.tolerations or []]
-            assert {"key": TOLERATION["key"], "operator": "Exists", "effect": "NoSchedule",
-                    "value": None, "toleration_seconds": None} in tolerations
+            assert {
+                "key": TOLERATION["key"],
+                "operator": "Exists",
+                "effect": "NoSchedule",
+                "value": None,
+                "toleration_seconds": None,
+            } in tolerations
             assert not any(t["key"] == "nvidia.com/gpu" for t in tolerations)
             node = core.read_node(pod.spec.node_name)
             assert pod.spec.node_name.startswith("cpu-") and node.metadata.labels[POOL] == "cpu"
@@ -139,17 +208,28 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
 
             env = {e.name: e for e in container.env}
             api_port = cfg["api"]["port"]
-            assert env["AVIFLOW_API_URL"].value == f"http://127.0.0.1:{api_port}/services/aviflow-api/"
+            assert (
+                env["AVIFLOW_API_URL"].value == f"http://127.0.0.1:{api_port}/services/aviflow-api/"
+            )
             assert env["JUPYTERHUB_USER"].value == "alice"
             assert env["JUPYTERHUB_API_TOKEN"].value
-            assert env["JUPYTERHUB_API_URL"].value == f"http://127.0.0.1:{cfg['hub']['hubPort']}/hub/api"
+            assert (
+                env["JUPYTERHUB_API_URL"].value
+                == f"http://127.0.0.1:{cfg['hub']['hubPort']}/hub/api"
+            )
             assert env["JUPYTERHUB_SERVICE_URL"].value == f"http://$(POD_IP):{port}/user/alice/"
             assert env["POD_IP"].value_from.field_ref.field_path == "status.podIP"
             assert container.args == ["jupyterhub-singleuser", "--allow-root"]
-            [claim] = [v.persistent_volume_claim.claim_name for v in pod.spec.volumes
-                       if v.persistent_volume_claim]
+            [claim] = [
+                v.persistent_volume_claim.claim_name
+                for v in pod.spec.volumes
+                if v.persistent_volume_claim
+            ]
             assert claim == "aviflow-home-alice"
-            assert core.read_namespaced_persistent_volume_claim(claim, k8s_namespace).status.phase == "Bound"
+            assert (
+                core.read_namespaced_persistent_volume_claim(claim, k8s_namespace).status.phase
+                == "Bound"
+            )
 
             # The hub reaches the server the agent runs, listening on the pod's own address.
             assert _listeners(port) == [pod.status.pod_ip]
@@ -158,8 +238,12 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
             assert status.status_code == 200, status.text
             assert set(status.json()) >= {"started", "last_activity", "kernels", "connections"}
             # The working directory is the user's volume: a file saved in Jupyter lands on the PV.
-            put = requests.put(f"{hub.url}/user/alice/api/contents/hello.txt", headers=headers, timeout=60,
-                               json={"type": "file", "format": "text", "content": "hi"})
+            put = requests.put(
+                f"{hub.url}/user/alice/api/contents/hello.txt",
+                headers=headers,
+                timeout=60,
+                json={"type": "file", "format": "text", "content": "hi"},
+            )
             assert put.status_code == 201, put.text
             assert (tmp_path / "pv" / "hello.txt").read_text() == "hi"
 

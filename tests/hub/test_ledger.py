@@ -1,28 +1,41 @@
-"""The usage ledger on SQLite and on a real PostgreSQL: totals equal the event logs, to the
-second, across service restarts, restarts and preemptions; reports are golden."""
+"""The usage ledger on SQLite and on a real PostgreSQL, fed by the change feed: totals equal
+the event logs, to the second, across service restarts, restarts and preemptions; folding
+increments equals folding everything; a database of the previous version is migrated; a job
+that cannot be stored, or a row that cannot be read, never hides the others; reports are
+golden."""
 
 from __future__ import annotations
 
+import json
+import logging
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from aviflow.attempts import AttemptRecord, attempts_from_events, usage
+from aviflow.backends._feed import JobChange
+from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
+from aviflow.records import Event, EventType, JobState, JobStatus, Owner
 from aviflow.spec import TrainJob
-from aviflow.status import RESTARTING, Event, usage_from_events
-from aviflow.store import RunDir, RunStore
+from aviflow.store import RunDir, RunStore, atomic_write
+from aviflow_hub.authz import Visibility
 from aviflow_hub.ledger import Ledger
-from aviflow_hub.ledger.attempts import AttemptRecord
+from aviflow_hub.ledger.migrate import pending
 from aviflow_hub.ledger.reports import to_csv, usage_report
+from aviflow_hub.service.ingest import Ingest
 
 T0 = 1_767_225_000.0  # 2025-12-31 23:50:00 UTC (midnight is T0 + 600): attempts cross midnight and the ISO week
+E = EventType
 
 
-class StoreOnly(Backend):
+class StoreOnly(StoreReads, Backend):
     """Reads a run store whose event logs the test writes by hand (no processes)."""
 
     name = "store-only"
@@ -30,36 +43,44 @@ class StoreOnly(Backend):
     def __init__(self, root: Path) -> None:
         self.store = RunStore(root)
 
-    def submit(self, job: TrainJob, bundle: CodeBundle) -> str:
+    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
         raise NotImplementedError
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        return self.store.get(job_id).status()
+    def status(self, job_id: str) -> JobStatus:
+        return self.run_dir(job_id).status()
 
     def cancel(self, job_id: str) -> bool:
         raise NotImplementedError
 
-    def list_ids(self) -> list[str]:
-        return self.store.ids()
-
-    def run_dir(self, job_id: str) -> RunDir:
-        return self.store.get(job_id)
-
 
 def make_job(store: RunStore, name: str, user: str, team: str, nodes: int, gpus: int) -> RunDir:
-    job = TrainJob.from_dict({"apiVersion": "aviflow.dev/v1", "kind": "TrainJob", "metadata": {"name": name},
-                              "spec": {"script": "pass", "nodes": nodes, "gpusPerNode": gpus,
-                                       "queue": f"q-{team}"}})
-    run = store.create(job, {}, {"user": "service", "origin": {"hub": {"user": user, "team": team}}})
-    meta = run.meta()
-    meta["submitted"] = T0
-    run.write_meta(meta)
+    job = TrainJob.from_dict(
+        {
+            "apiVersion": "aviflow.dev/v1",
+            "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"script": "pass", "nodes": nodes, "gpusPerNode": gpus, "queue": f"q-{team}"},
+        }
+    )
+    run = store.create(job, {}, user, team=team, backend="store-only")
+    atomic_write(run.meta_path, json.dumps(replace(run.meta(), submitted=T0).to_dict()))
     return run
 
 
-def emit(run: RunDir, *events: tuple[str, int, float, dict[str, Any]]) -> None:
+def emit(run: RunDir, *events: tuple[EventType, int, float, dict[str, Any]]) -> None:
+    """Append events and the status they lead to (as a backend records them)."""
+    status = run.status()
     for kind, attempt, dt, data in events:
-        run.record(Event(kind, attempt=attempt, time=T0 + dt, data=data))
+        event = Event(kind, attempt=attempt, time=T0 + dt, data=data)
+        state = kind.state() or status.state
+        status = JobStatus(
+            state=state,
+            attempt=attempt,
+            message=kind.value.lower(),
+            updated=event.time,
+            failure=event.failure,
+        )
+        run.record([event], status)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -78,12 +99,15 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def recomputed(backend: Backend) -> dict[str, float]:
-    """GPU-seconds per user straight from the event logs (aviflow.status.usage_from_events)."""
+    """GPU-seconds per user straight from the event logs (aviflow.attempts, from scratch)."""
+    from aviflow.attempts import job_info
+
     out: dict[str, float] = {}
     for job_id in backend.list_ids():
-        user = backend.meta(job_id)["origin"]["hub"]["user"]
-        usage = usage_from_events(backend.events(job_id), backend.spec(job_id).spec.total_gpus)
-        out[user] = out.get(user, 0.0) + usage.gpu_seconds
+        meta, spec = backend.meta(job_id), backend.spec(job_id)
+        info = job_info(meta, spec)
+        used = usage(attempts_from_events(info, backend.events(job_id).items), info.gpus, now=0)
+        out[meta.user] = out.get(meta.user, 0.0) + used.gpu_seconds
     return out
 
 
@@ -95,66 +119,426 @@ def ledger_totals(ledger: Ledger) -> dict[str, float]:
     return out
 
 
-def test_ledger_equals_event_logs_across_restarts_and_preemptions(tmp_path: Path, ledger_url: str) -> None:
+PREEMPTED_BY_A_KILL = {"failure": {"node": 1, "exitCode": -9}}  # killed from outside, no exception
+CRASH = {"failure": {"rank": 3, "exception": "RuntimeError", "message": "boom"}}
+
+
+def test_ledger_equals_event_logs_across_restarts_and_preemptions(
+    tmp_path: Path, ledger_url: str
+) -> None:
     store = RunStore(tmp_path / "runs")
     backend = StoreOnly(store.root)
     preempted = make_job(store, "preempted", "alice", "a", nodes=2, gpus=4)
-    emit(preempted, ("QUEUED", 0, 0, {}), ("STARTING", 1, 30, {}), ("RUNNING", 1, 41, {}),
-         (RESTARTING, 1, 1230, {"node": 1, "exit_code": -9}),  # killed from outside: preempted
-         ("STARTING", 2, 1230, {}), ("RUNNING", 2, 1236, {}), ("SUCCEEDED", 2, 4830, {}))
+    emit(
+        preempted,
+        (E.QUEUED, 0, 0, {}),
+        (E.STARTING, 1, 30, {}),
+        (E.RUNNING, 1, 41, {}),
+        (E.RESTARTING, 1, 1230, PREEMPTED_BY_A_KILL),
+        (E.STARTING, 2, 1230, {}),
+        (E.RUNNING, 2, 1236, {}),
+        (E.SUCCEEDED, 2, 4830, {}),
+    )
     crashed = make_job(store, "crashed", "bob", "b", nodes=1, gpus=8)
-    emit(crashed, ("QUEUED", 0, 0, {}), ("STARTING", 1, 5, {}), ("RUNNING", 1, 9, {}),
-         (RESTARTING, 1, 65, {"rank": 3, "exception": "RuntimeError"}),
-         ("STARTING", 2, 65, {}), ("RUNNING", 2, 70, {}),
-         ("FAILED", 2, 125, {"rank": 3, "exception": "RuntimeError"}))
+    emit(
+        crashed,
+        (E.QUEUED, 0, 0, {}),
+        (E.STARTING, 1, 5, {}),
+        (E.RUNNING, 1, 9, {}),
+        (E.RESTARTING, 1, 65, CRASH),
+        (E.STARTING, 2, 65, {}),
+        (E.RUNNING, 2, 70, {}),
+        (E.FAILED, 2, 125, CRASH),
+    )
     never = make_job(store, "never", "alice", "a", nodes=1, gpus=1)
-    emit(never, ("QUEUED", 0, 0, {}), ("CANCELLED", 0, 60, {}))
+    emit(never, (E.QUEUED, 0, 0, {}), (E.CANCELLED, 0, 60, {}))
     running = make_job(store, "running", "carol", "a", nodes=1, gpus=2)
-    emit(running, ("QUEUED", 0, 0, {}), ("STARTING", 1, 100, {}), ("RUNNING", 1, 104, {}))
+    emit(running, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 100, {}), (E.RUNNING, 1, 104, {}))
 
     first = Ledger(ledger_url)
-    assert first.ingest(backend) == 4
+    feed = backend.changes(done=first.finished_ids())
+    assert first.apply(feed.poll()) == {}
     open_rows = [a for a in first.attempts() if a.finished is None]
     assert [(a.job_id, a.attempt, a.outcome) for a in open_rows] == [(running.id, 1, "RUNNING")]
+    assert feed.poll() == []  # nothing new: nothing read but a status and an event cursor
+    # Kueue preempts the running job while the service is up: one change, only the new event
+    emit(running, (E.PREEMPTED, 1, 700, {}))
+    changes = feed.poll()
+    assert [(c.job_id, [e.type for e in c.events], c.reset) for c in changes] == [
+        (running.id, [E.PREEMPTED], False)
+    ]
+    assert first.apply(changes) == {}
     first.close()
 
-    # the job goes on while the service is down: preempted by Kueue, then finishes
-    emit(running, (RESTARTING, 1, 700, {"reason": "Preempted"}), ("STARTING", 2, 900, {}),
-         ("RUNNING", 2, 905, {}), ("SUCCEEDED", 2, 1900, {}))
+    # the job goes on while the service is down, and finishes
+    emit(running, (E.STARTING, 2, 900, {}), (E.RUNNING, 2, 905, {}), (E.SUCCEEDED, 2, 1900, {}))
     second = Ledger(ledger_url)  # a restarted service on the same database
-    assert second.ingest(backend) == 1  # only the unfinished job is read again
-    second.ingest(backend, backend.list_ids())  # and re-reading everything changes nothing
+    assert second.finished_ids() == {preempted.id, crashed.id, never.id}
+    changes = backend.changes(done=second.finished_ids()).poll()
+    assert [c.job_id for c in changes] == [running.id]  # only the unfinished job is read again
+    assert second.apply(changes) == {}
+    before = second.attempts()
+    assert second.apply(backend.changes().poll()) == {}  # re-reading everything changes nothing
+    assert second.attempts() == before
     totals = ledger_totals(second)
     expected = recomputed(backend)
     assert totals.keys() == {"alice", "bob", "carol"}
     for user, seconds in expected.items():
-        assert round(totals[user], 6) == round(seconds, 6), user
+        assert round(totals.get(user, 0.0), 6) == round(seconds, 6), user
     assert totals == {"alice": 8 * (1200 + 3600), "bob": 8 * (60 + 60), "carol": 2 * (600 + 1000)}
     rows = {(a.job_id, a.attempt): a for a in second.attempts()}
     assert len(rows) == 6 == len(second.attempts())
     a1 = rows[(preempted.id, 1)]
-    assert (a1.outcome, a1.preempted, a1.restarts, a1.queue_wait, a1.started) == ("PREEMPTED", True, 0, 30.0, T0 + 41)
+    assert (a1.outcome, a1.preempted, a1.restarts, a1.queue_wait, a1.started) == (
+        "PREEMPTED",
+        True,
+        0,
+        30.0,
+        T0 + 41,
+    )
     assert (rows[(preempted.id, 2)].outcome, rows[(preempted.id, 2)].restarts) == ("SUCCEEDED", 1)
     assert (rows[(crashed.id, 1)].outcome, rows[(crashed.id, 1)].preempted) == ("RESTARTED", False)
     assert rows[(crashed.id, 2)].outcome == "FAILED"
     r2 = rows[(running.id, 2)]
     assert (r2.outcome, r2.queue_wait, r2.preempted) == ("SUCCEEDED", 200.0, False)
     assert rows[(running.id, 1)].outcome == "PREEMPTED"
-    states = {j["job_id"]: j["state"] for j in second.jobs()}
-    assert states == {preempted.id: "SUCCEEDED", crashed.id: "FAILED", never.id: "CANCELLED",
-                      running.id: "SUCCEEDED"}
+    jobs = {s.id: s for s in second.summaries(now=0)}
+    assert {j: (s.state.value, s.gpu_seconds, s.finished) for j, s in jobs.items()} == {
+        preempted.id: ("SUCCEEDED", 38400.0, T0 + 4830),
+        crashed.id: ("FAILED", 960.0, T0 + 125),
+        never.id: ("CANCELLED", 0.0, T0 + 60),
+        running.id: ("SUCCEEDED", 3200.0, T0 + 1900),
+    }
+    p = jobs[preempted.id]
+    assert (p.name, p.user, p.team, p.queue, p.nodes, p.gpus_per_node, p.gpus, p.attempt) == (
+        "preempted",
+        "alice",
+        "a",
+        "q-a",
+        2,
+        4,
+        8,
+        2,
+    )
+    assert jobs[crashed.id].failure is not None and jobs[crashed.id].message == "failed"
+    assert second.job(crashed.id, now=0) == jobs[crashed.id]
+    assert second.job("no-such-job") is None
+    assert [s.id for s in second.summaries(limit=2)] == [s.id for s in second.summaries()][:2]
+    mine = second.summaries(seen=Visibility(False, frozenset({"bob"}), frozenset()))
+    assert [s.id for s in mine] == [crashed.id]
+    team_a = second.attempts(seen=Visibility(False, frozenset(), frozenset({"a"})))
+    assert {a.user for a in team_a} == {"alice", "carol"}
+    assert second.state_counts() == {"SUCCEEDED": 2, "FAILED": 1, "CANCELLED": 1}
     by_user = usage_report(second.attempts(), "user", now=0)
-    assert {r["key"]: (r["gpu_seconds"], r["attempts"], r["preemptions"], r["restarts"]) for r in by_user} == {
-        "alice": (38400.0, 2, 1, 1), "bob": (960.0, 2, 0, 1), "carol": (3200.0, 2, 1, 1)}
+    assert {
+        r["key"]: (r["gpu_seconds"], r["attempts"], r["preemptions"], r["restarts"])
+        for r in by_user
+    } == {"alice": (38400.0, 2, 1, 1), "bob": (960.0, 2, 0, 1), "carol": (3200.0, 2, 1, 1)}
     second.close()
 
 
-def att(job: str, attempt: int, user: str, team: str | None, gpus: int, admitted: float,
-        finished: float | None, outcome: str = "SUCCEEDED", preempted: bool = False) -> AttemptRecord:
-    return AttemptRecord(job_id=job, attempt=attempt, user=user, team=team, queue="q", nodes=1,
-                         gpus=gpus, submitted=T0, admitted=T0 + admitted, started=None,
-                         finished=None if finished is None else T0 + finished, outcome=outcome,
-                         restarts=attempt - 1, preempted=preempted, queue_wait=admitted)
+HISTORY = [
+    (E.QUEUED, 0, 0, {}),
+    (E.STARTING, 1, 10, {}),
+    (E.RUNNING, 1, 12, {}),
+    (E.RESTARTING, 1, 50, CRASH),
+    (E.STARTING, 2, 50, {}),
+    (E.RUNNING, 2, 55, {}),
+    (E.EVICTED, 2, 80, {}),
+    (E.QUEUED, 2, 80, {}),
+    (E.STARTING, 3, 95, {}),
+    (E.RUNNING, 3, 99, {}),
+    (E.SUCCEEDED, 3, 160, {}),
+]
+
+
+def test_folding_increments_equals_folding_everything(tmp_path: Path) -> None:
+    """Whatever way the feed splits a job's history, the ledger ends with the same rows."""
+    store = RunStore(tmp_path / "runs")
+    backend = StoreOnly(store.root)
+    whole = make_job(store, "whole", "alice", "a", nodes=1, gpus=2)
+    emit(whole, *HISTORY)
+    ledger = Ledger("sqlite://")
+    ledger.apply(backend.changes().poll())
+    expected = [replace(a, job_id="x") for a in ledger.attempts()]
+    assert [a.outcome for a in expected] == ["RESTARTED", "EVICTED", "SUCCEEDED"]
+    for split in range(len(HISTORY) + 1):
+        run = make_job(store, f"split-{split}", "alice", "a", nodes=1, gpus=2)
+        feed = backend.changes(done=[j for j in backend.list_ids() if j != run.id])
+        for i, event in enumerate(HISTORY):
+            emit(run, event)
+            if i + 1 == split or i % 3 == 0:
+                assert ledger.apply(feed.poll()) == {}
+        assert ledger.apply(feed.poll()) == {}
+        got = [replace(a, job_id="x") for a in ledger.attempts() if a.job_id == run.id]
+        assert got == expected, split
+        assert ledger.job(run.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_a_job_that_cannot_be_stored_is_reported_and_the_others_are_stored(
+    tmp_path: Path, ledger_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RunStore(tmp_path / "runs")
+    backend = StoreOnly(store.root)
+    good = make_job(store, "good", "alice", "a", nodes=1, gpus=1)
+    # text no database can hold as it is: NUL and a lone surrogate (a rank's output, say)
+    emit(good, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 1, {}))
+    changes = backend.changes().poll()
+    odd = replace(changes[0], status=replace(changes[0].status, message="out\x00put \ud800"))
+    unknown = JobChange(
+        "unknown-job", JobStatus(JobState.RUNNING, 1), [Event(E.RUNNING, 1, time=T0)]
+    )
+    huge = replace(changes[0], job_id="huge", status=JobStatus(JobState.RUNNING, attempt=2**70))
+    ledger = Ledger(ledger_url)
+    with caplog.at_level(logging.WARNING, logger="aviflow_hub.ledger"):
+        problems = ledger.apply([unknown, huge, odd])
+    assert set(problems) == {"unknown-job", "huge"}, problems
+    assert "no row of this job" in problems["unknown-job"]
+    assert "unknown-job" in caplog.text and "huge" in caplog.text
+    stored = ledger.job(good.id)
+    assert stored is not None and stored.message == "out\ufffdput ?"
+    assert [s.id for s in ledger.summaries()] == [good.id]
+    ledger.close()
+
+
+def test_rows_that_cannot_be_read_are_left_out(
+    tmp_path: Path, ledger_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RunStore(tmp_path / "runs")
+    backend = StoreOnly(store.root)
+    good = make_job(store, "good", "alice", "a", nodes=1, gpus=1)
+    emit(good, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 1, {}), (E.SUCCEEDED, 1, 11, {}))
+    ledger = Ledger(ledger_url)
+    ledger.apply(backend.changes().poll())
+    row = {
+        "name": "x",
+        "user": "alice",
+        "team": "a",
+        "queue": "q-a",
+        "nodes": 1,
+        "gpus": 1,
+        "submitted": T0,
+        "updated": T0,
+        "state": "RUNNING",
+    }
+    bad = {
+        "bad-state": {"state": "EXPLODED"},
+        "bad-failure": {"failure": "{not json"},
+        "bad-origin": {"origin": "[1, 2]"},
+    }
+    with ledger.engine.begin() as conn:
+        for job_id, broken in bad.items():
+            conn.execute(
+                sa.text(
+                    'INSERT INTO aviflow_jobs (job_id, name, "user", team, queue, nodes, gpus, submitted,'
+                    " updated, state, failure, origin) VALUES (:job_id, :name, :user, :team, :queue, :nodes,"
+                    " :gpus, :submitted, :updated, :state, :failure, :origin)"
+                ),
+                {"failure": None, "origin": None, **row, **broken, "job_id": job_id},
+            )
+        if ledger.engine.dialect.name == "sqlite":  # SQLite stores any type in any column
+            conn.execute(
+                sa.text(
+                    "INSERT INTO aviflow_attempts VALUES ('bad-attempt', 1, 'alice', 'a', 'q-a', 1, 1,"
+                    " 0, 'yesterday', NULL, NULL, 'RUNNING', 0, 0, 0)"
+                )
+            )
+    with caplog.at_level(logging.WARNING, logger="aviflow_hub.ledger"):
+        assert [s.id for s in ledger.summaries()] == [good.id]
+        assert [s.id for s in ledger.summaries()] == [good.id]
+        assert [a.job_id for a in ledger.attempts()] == [good.id]
+        assert all(ledger.job(j) is None for j in bad)
+    for job_id in bad:
+        assert (
+            caplog.text.count(f"ledger row of job {job_id} cannot be read") == 1
+        )  # once, not per read
+    assert ledger.state_counts()["EXPLODED"] == 1
+    assert ledger.apply(backend.changes().poll()) == {}  # the feed goes on
+    ledger.close()
+
+
+OLD_SCHEMA = sa.MetaData()  # the tables as the version before the typed contract created them
+sa.Table(
+    "aviflow_jobs",
+    OLD_SCHEMA,
+    sa.Column("job_id", sa.String(63), primary_key=True),
+    sa.Column("name", sa.String(128)),
+    sa.Column("user", sa.String(255), index=True),
+    sa.Column("team", sa.String(63), nullable=True),
+    sa.Column("queue", sa.String(63), nullable=False),
+    sa.Column("nodes", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("submitted", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("updated", sa.Float, nullable=False),
+)
+sa.Table(
+    "aviflow_attempts",
+    OLD_SCHEMA,
+    sa.Column("job_id", sa.String(63), primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("team", sa.String(63), nullable=True),
+    sa.Column("queue", sa.String(63), nullable=False),
+    sa.Column("nodes", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("submitted", sa.Float, nullable=False),
+    sa.Column("admitted", sa.Float, nullable=False),
+    sa.Column("started", sa.Float, nullable=True),
+    sa.Column("finished", sa.Float, nullable=True),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("restarts", sa.Integer, nullable=False),
+    sa.Column("preempted", sa.Boolean, nullable=False),
+    sa.Column("queue_wait", sa.Float, nullable=False),
+)
+
+
+def test_a_ledger_of_the_previous_version_is_migrated(tmp_path: Path, ledger_url: str) -> None:
+    engine = sa.create_engine(ledger_url)
+    OLD_SCHEMA.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            OLD_SCHEMA.tables["aviflow_jobs"].insert(),
+            [
+                {
+                    "job_id": "old-1",
+                    "name": "old",
+                    "user": "alice",
+                    "team": "a",
+                    "queue": "q-a",
+                    "nodes": 2,
+                    "gpus": 8,
+                    "submitted": T0,
+                    "state": "SUCCEEDED",
+                    "updated": T0 + 100,
+                }
+            ],
+        )
+        conn.execute(
+            OLD_SCHEMA.tables["aviflow_attempts"].insert(),
+            [
+                {
+                    "job_id": "old-1",
+                    "attempt": 1,
+                    "user": "alice",
+                    "team": "a",
+                    "queue": "q-a",
+                    "nodes": 2,
+                    "gpus": 8,
+                    "submitted": T0,
+                    "admitted": T0 + 10,
+                    "started": T0 + 12,
+                    "finished": T0 + 100,
+                    "outcome": "SUCCEEDED",
+                    "restarts": 0,
+                    "preempted": False,
+                    "queue_wait": 10.0,
+                }
+            ],
+        )
+    todo = pending(engine)
+    assert any("ADD COLUMN" in s and "gpus_per_node" in s for s in todo), todo
+    engine.dispose()
+
+    ledger = Ledger(ledger_url)
+    assert pending(ledger.engine) == []  # migrated, and a second run has nothing to do
+    old = ledger.job("old-1", now=0)
+    assert old is not None
+    assert (old.nodes, old.gpus_per_node, old.gpus, old.state, old.gpu_seconds, old.origin) == (
+        2,
+        4,
+        8,
+        JobState.SUCCEEDED,
+        8 * 90.0,
+        {},
+    )
+    assert ledger.finished_ids() == {"old-1"}
+    # new jobs are stored in full, with users longer than the old VARCHAR(255)
+    store = RunStore(tmp_path / "runs")
+    run = make_job(store, "new", "u" * 300, "b", nodes=1, gpus=2)
+    emit(run, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 5, {}), (E.RUNNING, 1, 6, {}))
+    assert ledger.apply(StoreOnly(store.root).changes(done=ledger.finished_ids()).poll()) == {}
+    new = ledger.job(run.id)
+    assert new is not None and new.user == "u" * 300 and new.gpus_per_node == 2
+    assert {s.id for s in ledger.summaries()} == {"old-1", run.id}
+    ledger.close()
+    again = Ledger(ledger_url)  # opening it again migrates nothing and reads both
+    assert [s.id for s in again.summaries()] == ["old-1", run.id]  # same time: by id, descending
+    again.close()
+
+
+class FailsOnce(Ledger):
+    """A ledger whose first write of one job fails (a lost connection, say)."""
+
+    def __init__(self, url: str, job_id: str) -> None:
+        super().__init__(url)
+        self.job_id, self.failed = job_id, False
+
+    def _apply(self, change: JobChange, now: float) -> None:
+        if change.job_id == self.job_id and not self.failed:
+            self.failed = True
+            raise OSError("the database went away")
+        super()._apply(change, now)
+
+
+def test_ingest_restarts_the_feed_after_a_store_failure(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    backend = StoreOnly(store.root)
+    flaky = make_job(store, "flaky", "alice", "a", nodes=1, gpus=1)
+    steady = make_job(store, "steady", "bob", "b", nodes=1, gpus=1)
+    broken = make_job(store, "broken", "bob", "b", nodes=1, gpus=1)
+    atomic_write(broken.meta_path, "{garbage")  # a job the feed cannot read
+    for run in (flaky, steady):
+        emit(run, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 10, {}))
+    now = [0.0]
+    ledger = FailsOnce("sqlite://", flaky.id)
+    ingest = Ingest(backend, ledger, resync_after=30, clock=lambda: now[0])
+    assert ingest.step() == 1  # steady stored, flaky failed
+    assert set(ingest.problems) == {flaky.id, broken.id}
+    assert ledger.job(flaky.id) is None and ledger.job(steady.id) is not None
+    for run in (flaky, steady):
+        emit(run, (E.RUNNING, 1, 20, {}), (E.SUCCEEDED, 1, 40, {}))
+    ingest.step()  # flaky's later events alone cannot make its attempt: kept as a problem
+    now[0] = 31.0
+    ingest.step()  # a fresh feed re-reads what is not final in the ledger
+    assert set(ingest.problems) == {broken.id}
+    rows = {a.job_id: (a.admitted, a.finished, a.outcome) for a in ledger.attempts()}
+    assert rows == {
+        flaky.id: (T0 + 10, T0 + 40, "SUCCEEDED"),
+        steady.id: (T0 + 10, T0 + 40, "SUCCEEDED"),
+    }
+    assert ledger.finished_ids() == {flaky.id, steady.id}
+    assert ingest.step() == 0
+
+
+def att(
+    job: str,
+    attempt: int,
+    user: str,
+    team: str | None,
+    gpus: int,
+    admitted: float,
+    finished: float | None,
+    outcome: str = "SUCCEEDED",
+    preempted: bool = False,
+) -> AttemptRecord:
+    return AttemptRecord(
+        job_id=job,
+        attempt=attempt,
+        user=user,
+        team=team,
+        queue="q",
+        nodes=1,
+        gpus=gpus,
+        submitted=T0,
+        admitted=T0 + admitted,
+        started=None,
+        finished=None if finished is None else T0 + finished,
+        outcome=outcome,
+        restarts=attempt - 1,
+        preempted=preempted,
+        queue_wait=admitted,
+    )
 
 
 GOLDEN_ATTEMPTS = [
@@ -167,19 +551,54 @@ GOLDEN_ATTEMPTS = [
 def test_reports_golden() -> None:
     now = T0 + 900
     assert usage_report(GOLDEN_ATTEMPTS, "team", now) == [
-        {"key": "a", "gpu_hours": 10.666667, "gpu_seconds": 38400.0, "attempts": 2, "jobs": 1, "restarts": 1, "preemptions": 1},
-        {"key": "b", "gpu_hours": 0.333333, "gpu_seconds": 1200.0, "attempts": 1, "jobs": 1, "restarts": 0, "preemptions": 0},
+        {
+            "key": "a",
+            "gpu_hours": 10.666667,
+            "gpu_seconds": 38400.0,
+            "attempts": 2,
+            "jobs": 1,
+            "restarts": 1,
+            "preemptions": 1,
+        },
+        {
+            "key": "b",
+            "gpu_hours": 0.333333,
+            "gpu_seconds": 1200.0,
+            "attempts": 1,
+            "jobs": 1,
+            "restarts": 0,
+            "preemptions": 0,
+        },
     ]
     assert usage_report(GOLDEN_ATTEMPTS, "day", now) == [
-        {"key": "2025-12-31", "gpu_hours": 1.5, "gpu_seconds": 5400.0, "attempts": 2, "jobs": 2, "restarts": 0, "preemptions": 1},
-        {"key": "2026-01-01", "gpu_hours": 9.5, "gpu_seconds": 34200.0, "attempts": 1, "jobs": 2, "restarts": 1, "preemptions": 0},
+        {
+            "key": "2025-12-31",
+            "gpu_hours": 1.5,
+            "gpu_seconds": 5400.0,
+            "attempts": 2,
+            "jobs": 2,
+            "restarts": 0,
+            "preemptions": 1,
+        },
+        {
+            "key": "2026-01-01",
+            "gpu_hours": 9.5,
+            "gpu_seconds": 34200.0,
+            "attempts": 1,
+            "jobs": 2,
+            "restarts": 1,
+            "preemptions": 0,
+        },
     ]
     # 31 Dec 2025 and 1 Jan 2026 are both in ISO week 2026-W01 (it starts Monday 29 Dec)
-    assert [(r["key"], r["gpu_seconds"], r["attempts"]) for r in usage_report(GOLDEN_ATTEMPTS, "week", now)] == [
-        ("2026-W01", 39600.0, 3)]
+    assert [
+        (r["key"], r["gpu_seconds"], r["attempts"])
+        for r in usage_report(GOLDEN_ATTEMPTS, "week", now)
+    ] == [("2026-W01", 39600.0, 3)]
     assert to_csv(usage_report(GOLDEN_ATTEMPTS, "user", now), "user") == (
         "user,gpu_hours,gpu_seconds,attempts,jobs,restarts,preemptions\n"
         "alice,10.666667,38400.0,2,1,1,1\n"
-        "bob,0.333333,1200.0,1,1,0,0\n")
+        "bob,0.333333,1200.0,1,1,0,0\n"
+    )
     with pytest.raises(ValueError, match="group by one of team, user, day, week"):
         usage_report(GOLDEN_ATTEMPTS, "month", now)  # type: ignore[arg-type]

@@ -51,14 +51,22 @@ def _singleuser_processes(hub: Any) -> list[psutil.Process]:
     return out
 
 
-def test_a_user_logs_in_spawns_a_notebook_and_reaches_aviflow_api(hub_factory: Any,
-                                                                   run_in_kernel: Any) -> None:
+def test_a_user_logs_in_spawns_a_notebook_and_reaches_aviflow_api(
+    hub_factory: Any, run_in_kernel: Any
+) -> None:
     hub = hub_factory()
     browser = requests.Session()
     page = browser.get(f"{hub.url}/hub/login", timeout=60)
-    r = browser.post(f"{hub.url}/hub/login", allow_redirects=False, timeout=60,
-                     data={"username": "alice", "password": "aviflow-test-pw",
-                           "_xsrf": hub.xsrf_from(page.text)})
+    r = browser.post(
+        f"{hub.url}/hub/login",
+        allow_redirects=False,
+        timeout=60,
+        data={
+            "username": "alice",
+            "password": "aviflow-test-pw",
+            "_xsrf": hub.xsrf_from(page.text),
+        },
+    )
     assert r.status_code == 302, r.text
     token = hub.token("alice")
 
@@ -66,8 +74,9 @@ def test_a_user_logs_in_spawns_a_notebook_and_reaches_aviflow_api(hub_factory: A
     assert server["url"] == "/user/alice/"
     running = _singleuser_processes(hub)
     assert len(running) == 1, running
-    status = requests.get(f"{hub.url}/user/alice/api/status", timeout=60,
-                          headers={"Authorization": f"token {token}"})
+    status = requests.get(
+        f"{hub.url}/user/alice/api/status", timeout=60, headers={"Authorization": f"token {token}"}
+    )
     assert status.status_code == 200, status.text
     assert set(status.json()) >= {"started", "last_activity", "kernels", "connections"}
     # The logged-in browser opens JupyterLab (the single-user server's OAuth with the hub).
@@ -90,7 +99,13 @@ def test_a_user_logs_in_spawns_a_notebook_and_reaches_aviflow_api(hub_factory: A
     assert error is None, (error, out)
     lines = out.splitlines()
     job_id = lines[-2].removeprefix("id ")
-    assert lines[-5:] == ["state SUCCEEDED", "backend HubBackend", "queue queue-a", f"id {job_id}", "True"]
+    assert lines[-5:] == [
+        "state SUCCEEDED",
+        "backend HubBackend",
+        "queue queue-a",
+        f"id {job_id}",
+        "True",
+    ]
     job = hub.call("GET", f"jobs/{job_id}", token).json()
     assert (job["user"], job["team"], job["state"]) == ("alice", "team-a", "SUCCEEDED")
     deadline = time.monotonic() + 120  # the ledger ingests every second (ingestEvery)
@@ -99,12 +114,18 @@ def test_a_user_logs_in_spawns_a_notebook_and_reaches_aviflow_api(hub_factory: A
         time.sleep(1)
     assert [r["key"] for r in rows] == ["alice"]
     report = browser.get(f"{hub.url}/services/aviflow-api/report", timeout=120)
-    assert report.status_code == 200 and "GPU-hours by user" in report.text and "alice" in report.text
+    assert (
+        report.status_code == 200 and "GPU-hours by user" in report.text and "alice" in report.text
+    )
 
     hub.stop_server("alice", token)
     _gone, alive = psutil.wait_procs(running, timeout=60)
     assert not alive, f"notebook processes left after stopping the server: {alive}"
     assert _singleuser_processes(hub) == []
-    gone = requests.get(f"{hub.url}/user/alice/api/status", allow_redirects=False, timeout=60,
-                        headers={"Authorization": f"token {token}"})
+    gone = requests.get(
+        f"{hub.url}/user/alice/api/status",
+        allow_redirects=False,
+        timeout=60,
+        headers={"Authorization": f"token {token}"},
+    )
     assert gone.status_code in (302, 404, 424, 503), gone.status_code

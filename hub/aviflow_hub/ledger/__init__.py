@@ -1,12 +1,12 @@
-"""The usage ledger: one row per job attempt, fed from the run store's event logs.
+"""The usage ledger: one row per job and one per job attempt, fed by the backend's change feed.
 
-- :mod:`.attempts` derives attempt records from events (pure)
-- :mod:`.store` keeps them in SQLite or PostgreSQL (SQLAlchemy 2), idempotently
+- :mod:`aviflow.attempts` (core) derives attempt records from events, incrementally (pure)
+- :mod:`.store` keeps jobs and attempts in SQLite or PostgreSQL (SQLAlchemy 2), idempotently;
+  :mod:`.migrate` brings a database of an earlier version up to date
 - :mod:`.reports` and :mod:`.html` build reports (pure); :mod:`.metrics` exports Prometheus metrics
 """
 
-from aviflow_hub.ledger.attempts import AttemptRecord, JobInfo, attempts_from_events
 from aviflow_hub.ledger.reports import usage_report
 from aviflow_hub.ledger.store import Ledger
 
-__all__ = ["AttemptRecord", "JobInfo", "Ledger", "attempts_from_events", "usage_report"]
+__all__ = ["Ledger", "usage_report"]

@@ -5,8 +5,12 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-_TITLES = {"team": "GPU-hours by team", "user": "GPU-hours by user",
-           "day": "GPU-hours by day (UTC)", "week": "GPU-hours by ISO week"}
+_TITLES = {
+    "team": "GPU-hours by team",
+    "user": "GPU-hours by user",
+    "day": "GPU-hours by day (UTC)",
+    "week": "GPU-hours by ISO week",
+}
 
 
 def bar_chart(rows: list[dict[str, Any]], width: int = 560, bar: int = 18) -> str:
@@ -14,41 +18,56 @@ def bar_chart(rows: list[dict[str, Any]], width: int = 560, bar: int = 18) -> st
     top = max((r["gpu_hours"] for r in rows), default=0.0) or 1.0
     label_w, gap = 170, 6
     height = max(len(rows), 1) * (bar + gap) + gap
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" class="chart">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" class="chart">'
+    ]
     for i, r in enumerate(rows):
         y = gap + i * (bar + gap)
         w = round((width - label_w - 80) * r["gpu_hours"] / top, 1)
         parts.append(
             f'<text x="0" y="{y + bar - 4}" font-size="12">{escape(str(r["key"]))[:28]}</text>'
             f'<rect x="{label_w}" y="{y}" width="{w}" height="{bar}" fill="#4c78a8"/>'
-            f'<text x="{label_w + w + 4}" y="{y + bar - 4}" font-size="12">{r["gpu_hours"]:.2f}</text>')
+            f'<text x="{label_w + w + 4}" y="{y + bar - 4}" font-size="12">{r["gpu_hours"]:.2f}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _table(rows: list[dict[str, Any]], by: str) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in
-                   (by, "GPU-hours", "attempts", "jobs", "restarts", "preemptions"))
+    head = "".join(
+        f"<th>{escape(h)}</th>"
+        for h in (by, "GPU-hours", "attempts", "jobs", "restarts", "preemptions")
+    )
     body = "".join(
         f"<tr><td>{escape(str(r['key']))}</td><td>{r['gpu_hours']:.3f}</td><td>{r['attempts']}</td>"
-        f"<td>{r['jobs']}</td><td>{r['restarts']}</td><td>{r['preemptions']}</td></tr>" for r in rows)
+        f"<td>{r['jobs']}</td><td>{r['restarts']}</td><td>{r['preemptions']}</td></tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_report(sections: dict[str, list[dict[str, Any]]], *, viewer: str, scope: str,
-                  generated: str, csv_base: str) -> str:
+def render_report(
+    sections: dict[str, list[dict[str, Any]]],
+    *,
+    viewer: str,
+    scope: str,
+    generated: str,
+    csv_base: str,
+) -> str:
     """The whole page: one chart + table + CSV link per grouping in ``sections``."""
     blocks = []
     for by, rows in sections.items():
         blocks.append(
             f'<section id="by-{escape(by)}"><h2>{escape(_TITLES.get(by, by))}</h2>'
-            f'{bar_chart(rows)}{_table(rows, by)}'
-            f'<p><a href="{escape(csv_base)}?by={escape(by)}&amp;format=csv">CSV</a></p></section>')
+            f"{bar_chart(rows)}{_table(rows, by)}"
+            f'<p><a href="{escape(csv_base)}?by={escape(by)}&amp;format=csv">CSV</a></p></section>'
+        )
     return (
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Aviflow usage</title>"
+        '<!doctype html><html><head><meta charset="utf-8"><title>Aviflow usage</title>'
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
         "td:first-child,th:first-child{text-align:left}</style></head><body>"
         f"<h1>Aviflow GPU usage</h1><p>Viewer: {escape(viewer)} &middot; scope: {escape(scope)}"
-        f" &middot; generated {escape(generated)}</p>{''.join(blocks)}</body></html>")
+        f" &middot; generated {escape(generated)}</p>{''.join(blocks)}</body></html>"
+    )

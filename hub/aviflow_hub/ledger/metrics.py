@@ -9,10 +9,11 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from aviflow.records import JobState
 from aviflow_hub.ledger.store import Ledger
 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
-STATES = ("QUEUED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+STATES = tuple(s.value for s in JobState)
 
 
 class LedgerCollector(Collector):
@@ -23,8 +24,11 @@ class LedgerCollector(Collector):
     def collect(self) -> Iterator[Any]:
         now = self.clock()
         attempts = self.ledger.attempts()
-        hours = CounterMetricFamily("aviflow_gpu_hours", "Allocated GPU-hours (admission to end)",
-                                    labels=["team", "user", "queue"])
+        hours = CounterMetricFamily(
+            "aviflow_gpu_hours",
+            "Allocated GPU-hours (admission to end)",
+            labels=["team", "user", "queue"],
+        )
         sums: dict[tuple[str, str, str], float] = {}
         waits: dict[str, list[float]] = {}
         for a in attempts:
@@ -34,9 +38,11 @@ class LedgerCollector(Collector):
         for key, value in sorted(sums.items()):
             hours.add_metric(list(key), value)
         yield hours
-        wait = HistogramMetricFamily("aviflow_queue_wait_seconds",
-                                     "Seconds from submission (or the previous attempt's end) to admission",
-                                     labels=["queue"])
+        wait = HistogramMetricFamily(
+            "aviflow_queue_wait_seconds",
+            "Seconds from submission (or the previous attempt's end) to admission",
+            labels=["queue"],
+        )
         for queue, values in sorted(waits.items()):
             buckets = [(repr(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS]
             buckets.append(("+Inf", len(values)))
@@ -44,8 +50,9 @@ class LedgerCollector(Collector):
         yield wait
         jobs = GaugeMetricFamily("aviflow_jobs", "Jobs by status", labels=["status"])
         counts = dict.fromkeys(STATES, 0)
-        for j in self.ledger.jobs():
-            counts[j["state"]] = counts.get(j["state"], 0) + 1
+        for state, n in self.ledger.state_counts().items():
+            if state in counts:  # a row with an unknown state is not a job we can show
+                counts[state] = n
         for state, n in counts.items():
             jobs.add_metric([state], n)
         yield jobs

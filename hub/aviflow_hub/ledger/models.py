@@ -1,8 +1,17 @@
-"""Ledger tables (SQLAlchemy 2): one row per job, one row per job attempt."""
+"""Ledger tables (SQLAlchemy 2): one row per job, one row per job attempt.
+
+A job row holds what a list view shows (:class:`aviflow.records.JobSummary`) except
+GPU-seconds, which are summed from the job's attempt rows when read. Free text (names,
+messages) is ``Text``, so no length limit applies on PostgreSQL; ``failure`` and ``origin``
+are JSON text.
+
+Columns added after the first release are nullable: :func:`aviflow_hub.ledger.migrate.migrate`
+adds them to a database an earlier version created.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Float, Integer, String
+from sqlalchemy import Boolean, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -11,39 +20,48 @@ class Base(DeclarativeBase):
 
 
 class JobRow(Base):
-    """A job the service knows: owner, team, queue and its latest state."""
+    """A job the service knows: owner, team, queue, size and its latest status."""
 
     __tablename__ = "aviflow_jobs"
 
     job_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    name: Mapped[str] = mapped_column(String(128), default="")
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    team: Mapped[str | None] = mapped_column(String(63), index=True, nullable=True)
-    queue: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(Text, default="")
+    user: Mapped[str] = mapped_column(Text, index=True)
+    team: Mapped[str | None] = mapped_column(Text, index=True, nullable=True)
+    queue: Mapped[str] = mapped_column(Text)
     nodes: Mapped[int] = mapped_column(Integer)
-    gpus: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[int] = mapped_column(Integer)  # nodes x gpusPerNode
     submitted: Mapped[float] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(16))
     updated: Mapped[float] = mapped_column(Float)
+    # since the typed contract (all nullable: see the module docstring)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    finished: Mapped[float | None] = mapped_column(Float, nullable=True)
+    failure: Mapped[str | None] = mapped_column(Text, nullable=True)  # FailureInfo JSON
+    origin: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON object
 
 
 class AttemptRow(Base):
-    """One attempt of one job; keyed on (job id, attempt) so ingestion is an idempotent upsert."""
+    """One attempt of one job (:class:`aviflow.attempts.AttemptRecord`); keyed on (job id,
+    attempt), so storing it again is an idempotent upsert."""
 
     __tablename__ = "aviflow_attempts"
 
     job_id: Mapped[str] = mapped_column(String(63), primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    team: Mapped[str | None] = mapped_column(String(63), index=True, nullable=True)
-    queue: Mapped[str] = mapped_column(String(63))
+    user: Mapped[str] = mapped_column(Text, index=True)
+    team: Mapped[str | None] = mapped_column(Text, index=True, nullable=True)
+    queue: Mapped[str] = mapped_column(Text)
     nodes: Mapped[int] = mapped_column(Integer)
     gpus: Mapped[int] = mapped_column(Integer)
     submitted: Mapped[float] = mapped_column(Float)
     admitted: Mapped[float] = mapped_column(Float)
     started: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished: Mapped[float | None] = mapped_column(Float, nullable=True)
-    outcome: Mapped[str] = mapped_column(String(16))
+    outcome: Mapped[str] = mapped_column(Text)
     restarts: Mapped[int] = mapped_column(Integer)
     preempted: Mapped[bool] = mapped_column(Boolean)
     queue_wait: Mapped[float] = mapped_column(Float)

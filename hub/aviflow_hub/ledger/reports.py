@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from aviflow_hub.ledger.attempts import PREEMPTED, AttemptRecord
+from aviflow.attempts import PREEMPTED, AttemptRecord
 
 GroupBy = Literal["team", "user", "day", "week"]
 GROUPINGS: tuple[GroupBy, ...] = ("team", "user", "day", "week")
@@ -45,15 +45,18 @@ def _split(begin: float, end: float, by: GroupBy) -> list[tuple[str, float]]:
     return pieces
 
 
-def usage_report(attempts: Iterable[AttemptRecord], by: GroupBy, now: float) -> list[dict[str, Any]]:
+def usage_report(
+    attempts: Iterable[AttemptRecord], by: GroupBy, now: float
+) -> list[dict[str, Any]]:
     """Rows ``{key, gpu_hours, gpu_seconds, attempts, jobs, restarts, preemptions}``, by key."""
     if by not in GROUPINGS:
         raise ValueError(f"group by one of {', '.join(GROUPINGS)}, not {by!r}")
     acc: dict[str, dict[str, Any]] = {}
 
     def bucket(key: str) -> dict[str, Any]:
-        return acc.setdefault(key, {"gpu_seconds": 0.0, "attempts": 0, "jobs": set(),
-                                    "restarts": 0, "preemptions": 0})
+        return acc.setdefault(
+            key, {"gpu_seconds": 0.0, "attempts": 0, "jobs": set(), "restarts": 0, "preemptions": 0}
+        )
 
     for a in attempts:
         end = a.finished if a.finished is not None else now
@@ -61,7 +64,9 @@ def usage_report(attempts: Iterable[AttemptRecord], by: GroupBy, now: float) -> 
             key = (a.team or "(none)") if by == "team" else a.user
             pieces = [(key, end - a.admitted)]
         else:
-            pieces = _split(a.admitted, end, by) or [(_bucket_key(_bucket_start(a.admitted, by), by), 0.0)]
+            pieces = _split(a.admitted, end, by) or [
+                (_bucket_key(_bucket_start(a.admitted, by), by), 0.0)
+            ]
         for i, (key, seconds) in enumerate(pieces):
             b = bucket(key)
             b["gpu_seconds"] += a.gpus * seconds
@@ -70,10 +75,18 @@ def usage_report(attempts: Iterable[AttemptRecord], by: GroupBy, now: float) -> 
                 b["attempts"] += 1
                 b["restarts"] += 1 if a.attempt > 1 else 0
                 b["preemptions"] += 1 if a.preempted or a.outcome == PREEMPTED else 0
-    return [{"key": key, "gpu_hours": round(b["gpu_seconds"] / 3600, 6),
-             "gpu_seconds": round(b["gpu_seconds"], 3), "attempts": b["attempts"],
-             "jobs": len(b["jobs"]), "restarts": b["restarts"], "preemptions": b["preemptions"]}
-            for key, b in sorted(acc.items())]
+    return [
+        {
+            "key": key,
+            "gpu_hours": round(b["gpu_seconds"] / 3600, 6),
+            "gpu_seconds": round(b["gpu_seconds"], 3),
+            "attempts": b["attempts"],
+            "jobs": len(b["jobs"]),
+            "restarts": b["restarts"],
+            "preemptions": b["preemptions"],
+        }
+        for key, b in sorted(acc.items())
+    ]
 
 
 def total_gpu_seconds(attempts: Iterable[AttemptRecord], now: float) -> float:
@@ -91,12 +104,29 @@ def to_csv(rows: list[dict[str, Any]], by: GroupBy) -> str:
 
 def attempts_csv(attempts: Iterable[AttemptRecord], now: float) -> str:
     """Every attempt row, with its allocated GPU-hours (the raw ledger export)."""
-    cols = ["job_id", "attempt", "user", "team", "queue", "nodes", "gpus", "submitted",
-            "admitted", "started", "finished", "outcome", "restarts", "preempted", "queue_wait"]
+    cols = [
+        "job_id",
+        "attempt",
+        "user",
+        "team",
+        "queue",
+        "nodes",
+        "gpus",
+        "submitted",
+        "admitted",
+        "started",
+        "finished",
+        "outcome",
+        "restarts",
+        "preempted",
+        "queue_wait",
+    ]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*cols, "gpu_hours"])
     for a in attempts:
         d = a.to_dict()
-        writer.writerow([("" if d[c] is None else d[c]) for c in cols] + [round(a.gpu_seconds(now) / 3600, 6)])
+        writer.writerow(
+            [("" if d[c] is None else d[c]) for c in cols] + [round(a.gpu_seconds(now) / 3600, 6)]
+        )
     return out.getvalue()

@@ -3,6 +3,12 @@
 Run by JupyterHub as a managed service (``python -m aviflow_hub.service --config FILE``):
 the hub passes ``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_SERVICE_PREFIX``, the OAuth client id
 and the service URL in the environment.
+
+The service builds its backend from the config (``api.backend`` and its section), starts it,
+and follows its change feed into the ledger every ``api.ingestEvery`` seconds
+(:class:`~aviflow_hub.service.ingest.Ingest`); request handlers only read. Handlers, one
+module per concern: :mod:`.jobs`, :mod:`.parts`, :mod:`.queues`, :mod:`.pages`; shared
+authentication, errors and parameters in :mod:`.base` and :mod:`.params`.
 """
 
 from __future__ import annotations
@@ -21,11 +27,18 @@ from tornado.web import Application
 
 from aviflow_hub.config import load_config
 from aviflow_hub.ledger.store import Ledger
-from aviflow_hub.service import handlers as h
+from aviflow_hub.service.base import NotFound
 from aviflow_hub.service.context import ServiceContext, make_backend
+from aviflow_hub.service.ingest import Ingest
+from aviflow_hub.service.jobs import CancelHandler, JobHandler, JobsHandler
+from aviflow_hub.service.pages import CancelForm, HomePage, OpenApiHandler, ReportPage
+from aviflow_hub.service.parts import PARTS, JobPartHandler, LogHandler
+from aviflow_hub.service.queues import MetricsHandler, QueuesHandler, UsageHandler
 
 log = logging.getLogger("aviflow_hub.service")
-_ID = r"([a-z0-9][-a-z0-9]*)"
+_ID = r"([^/]+)"  # checked by the handlers: a bad id is a JSON 404, not a missing route
+# Request bodies besides a submission (which streams, see jobs.py) are small forms.
+MAX_BODY_SIZE = 1 << 20
 
 
 class OAuthCallback(HubOAuthCallbackHandler):
@@ -40,21 +53,27 @@ def make_app(ctx: ServiceContext) -> Application:
     api = prefix + "api/v1/"
     kw = {"ctx": ctx}
     routes = [
-        (prefix, h.HomePage, kw),
-        (prefix + "report", h.ReportPage, kw),
-        (prefix + "metrics", h.MetricsHandler, kw),
+        (prefix, HomePage, kw),
+        (prefix + "report", ReportPage, kw),
+        (prefix + "metrics", MetricsHandler, kw),
         (prefix + "oauth_callback", OAuthCallback, kw),
-        (prefix + rf"jobs/{_ID}/cancel", h.CancelForm, kw),
-        (api + "openapi.json", h.OpenApiHandler, kw),
-        (api + "jobs", h.JobsHandler, kw),
-        (api + rf"jobs/{_ID}", h.JobHandler, kw),
-        (api + rf"jobs/{_ID}/cancel", h.CancelHandler, kw),
-        (api + rf"jobs/{_ID}/logs/(\d+)", h.LogHandler, kw),
-        (api + rf"jobs/{_ID}/(events|metrics|checkpoints|failures|logs)", h.JobPartHandler, kw),
-        (api + "queues", h.QueuesHandler, kw),
-        (api + "usage", h.UsageHandler, kw),
+        (prefix + rf"jobs/{_ID}/cancel", CancelForm, kw),
+        (api + "openapi.json", OpenApiHandler, kw),
+        (api + "jobs", JobsHandler, kw),
+        (api + rf"jobs/{_ID}", JobHandler, kw),
+        (api + rf"jobs/{_ID}/cancel", CancelHandler, kw),
+        (api + rf"jobs/{_ID}/logs/([^/]+)", LogHandler, kw),
+        (api + rf"jobs/{_ID}/({'|'.join(PARTS)})", JobPartHandler, kw),
+        (api + "queues", QueuesHandler, kw),
+        (api + "usage", UsageHandler, kw),
     ]
-    return Application(routes, hub_auth=ctx.hub_auth, cookie_secret=secrets.token_bytes(32))
+    return Application(
+        routes,
+        hub_auth=ctx.hub_auth,
+        cookie_secret=secrets.token_bytes(32),
+        default_handler_class=NotFound,
+        default_handler_args=kw,
+    )
 
 
 async def serve(config_path: str) -> None:
@@ -63,10 +82,15 @@ async def serve(config_path: str) -> None:
     data.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(cfg.ledger_url())
     hub_auth = HubOAuth.instance(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
-    ctx = ServiceContext(cfg, make_backend(cfg), ledger, hub_auth)
+    backend = make_backend(cfg)
+    backend.start()
+    ctx = ServiceContext(cfg, backend, ledger, hub_auth)
     app = make_app(ctx)
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL") or cfg.api_url)
-    server = app.listen(url.port or 80, url.hostname or "127.0.0.1", xheaders=True)
+    server = app.listen(
+        url.port or 80, url.hostname or "127.0.0.1", xheaders=True, max_body_size=MAX_BODY_SIZE
+    )
+    feed = Ingest(backend, ledger)
     busy = asyncio.Lock()
 
     async def ingest() -> None:
@@ -74,19 +98,23 @@ async def serve(config_path: str) -> None:
             return
         async with busy:
             try:
-                await ctx.run(ledger.ingest, ctx.backend)
+                await ctx.run(feed.step)
             except Exception:
-                log.exception("ledger ingestion failed")
+                log.exception("reading the change feed into the ledger failed")
 
     await ingest()  # catch up on everything that happened while the service was down
-    PeriodicCallback(ingest, cfg.api.ingest_every * 1000).start()
+    poller = PeriodicCallback(ingest, cfg.api.ingest_every * 1000)
+    poller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("aviflow-api listening on %s%s", url.geturl(), hub_auth.base_url)
     await stop.wait()
+    poller.stop()
     server.stop()
+    backend.stop()
+    feed.close()
     ctx.close()
 
 

@@ -17,8 +17,7 @@ from urllib.parse import quote
 from jupyterhub.services.auth import HubOAuth
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from aviflow.backends import Backend, get_backend
-from aviflow.backends.local import LocalBackend
+from aviflow.backends import Backend, backend_class
 from aviflow_hub.config import HubConfig
 from aviflow_hub.ledger.store import Ledger
 
@@ -27,16 +26,20 @@ USER_CACHE_SECONDS = 5.0
 
 
 def make_backend(cfg: HubConfig) -> Backend:
+    """``api.backend`` built from its section (``api.<name>``). The local backend also gets
+    the run root and the teams' quotas, which then hold across concurrent jobs (Kueue's
+    ClusterQueues do it on the cluster)."""
+    settings = cfg.backend_settings()
     if cfg.api.backend == "local":
-        # The teams' quotas hold on the local backend too, across concurrent jobs (Kueue's
-        # ClusterQueues do it on the cluster).
-        quotas = {team.queue: team.gpu_quota for team in cfg.teams}
-        return LocalBackend(root=cfg.run_root(), capacity=cfg.api.local_capacity, quotas=quotas)
-    return get_backend(cfg.api.backend)
+        settings["root"] = str(cfg.run_root())
+        settings["quotas"] = {team.queue: team.gpu_quota for team in cfg.teams}
+    return backend_class(cfg.api.backend).from_config(settings)
 
 
 class ServiceContext:
-    def __init__(self, cfg: HubConfig, backend: Backend, ledger: Ledger, hub_auth: HubOAuth) -> None:
+    def __init__(
+        self, cfg: HubConfig, backend: Backend, ledger: Ledger, hub_auth: HubOAuth
+    ) -> None:
         self.cfg = cfg
         self.backend = backend
         self.ledger = ledger
@@ -53,8 +56,10 @@ class ServiceContext:
         if cached and time.monotonic() - cached[0] < USER_CACHE_SECONDS:
             return cached[1]
         url = f"{self.hub_auth.api_url.rstrip('/')}/users/{quote(name, safe='')}"
-        resp = await AsyncHTTPClient().fetch(HTTPRequest(
-            url, headers={"Authorization": f"token {self.hub_auth.api_token}"}), raise_error=True)
+        resp = await AsyncHTTPClient().fetch(
+            HTTPRequest(url, headers={"Authorization": f"token {self.hub_auth.api_token}"}),
+            raise_error=True,
+        )
         model = json.loads(resp.body)
         self._users[name] = (time.monotonic(), model)
         return model

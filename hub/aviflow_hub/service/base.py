@@ -1,0 +1,184 @@
+"""What every aviflow-api handler shares: authentication, authorization and JSON errors.
+
+Every handler identifies the caller with ``HubOAuth`` (an ``Authorization: token ...``
+header, or the service's OAuth cookie for browser pages; cookie-authenticated form posts
+must carry the ``_xsrf`` token), looks the user's groups up in the hub, and asks
+:mod:`aviflow_hub.authz` before touching a job; a job the caller may not see is 404.
+
+Every error is answered as JSON: ``{"status", "error": <class name>, "message", "problems"}``
+(:meth:`aviflow.errors.AviflowError.to_wire`, cut to a few KB), which
+:func:`aviflow.errors.from_wire` raises again in the notebook as the same class. Routes that
+do not exist answer the same way (:class:`NotFound`, the application's default handler).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from jupyterhub.services.auth import HubOAuthenticated
+from tornado.web import HTTPError, RequestHandler
+
+from aviflow.errors import (
+    WIRE_ERRORS,
+    AccessDenied,
+    AviflowError,
+    BackendError,
+    JobNotFound,
+    RequestError,
+)
+from aviflow.records import JobSummary
+from aviflow_hub import authz
+from aviflow_hub.authz import JobRef, Principal
+from aviflow_hub.service.context import ServiceContext
+from aviflow_hub.service.params import check_job_id, parse_int
+
+log = logging.getLogger("aviflow_hub.service")
+MAX_MESSAGE = 2000
+MAX_PROBLEMS = 20
+MAX_PROBLEM = 500
+_BY_STATUS: dict[int, type[AviflowError]] = {404: JobNotFound, 403: AccessDenied, 409: BackendError}
+
+
+def wire_error(
+    exc: BaseException | None, status: int, reason: str = ""
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) for ``exc``: an AviflowError keeps its class and status; a
+    tornado HTTPError gets the class its status stands for; anything else is a 500."""
+    if isinstance(exc, AviflowError):
+        error, status = exc, exc.http_status
+    elif isinstance(exc, HTTPError):
+        text = exc.log_message % exc.args if exc.log_message and exc.args else exc.log_message
+        cls = _BY_STATUS.get(status, BackendError if status >= 500 else RequestError)
+        error = cls(text or reason or f"HTTP {status}")
+    else:
+        error = BackendError("aviflow-api failed on this request; the service log has the details")
+    body = error.to_wire()
+    return status, {
+        "status": status,
+        # the nearest class the client knows (TooLarge is a RequestError to it)
+        "error": next(c.__name__ for c in type(error).__mro__ if c.__name__ in WIRE_ERRORS),
+        "message": body["message"][:MAX_MESSAGE],
+        "problems": [p[:MAX_PROBLEM] for p in body["problems"][:MAX_PROBLEMS]],
+    }
+
+
+class JsonErrors(RequestHandler):
+    """Errors as JSON bodies (see the module docstring); AviflowErrors logged as one line."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        status, body = wire_error(exc, status_code, self._reason)
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, AviflowError):
+            log.info(
+                "%s %s: %s %s",
+                self.request.method,
+                self.request.path,
+                type(value).__name__,
+                str(value)[:300],
+            )
+        else:
+            super().log_exception(typ, value, tb)
+
+    def send_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data))
+
+
+class NotFound(JsonErrors):
+    """The default handler: a route aviflow-api does not have (any method)."""
+
+    def initialize(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    def prepare(self) -> None:
+        raise RequestError(
+            f"aviflow-api has no {self.request.method} {self.request.path[:200]}; "
+            f"its routes are in {self.ctx.hub_auth.base_url}api/v1/openapi.json"
+        )
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        _, body = wire_error(exc, 404)
+        body["status"] = 404
+        self.set_status(404)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+
+class BaseHandler(HubOAuthenticated, JsonErrors):
+    """Authentication and shared helpers; handlers use :attr:`principal`."""
+
+    def initialize(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.hub_auth = ctx.hub_auth
+        self._principal: Principal | None = None
+
+    async def prepare(self) -> None:
+        model = await self.hub_auth.get_user(self, sync=False)
+        if model:
+            try:
+                model = self.check_hub_user(model)
+            except Exception:  # UserNotAllowed: authenticated, but lacks access to this service
+                raise AccessDenied("this token may not access aviflow-api") from None
+        self._hub_auth_user_cache = model
+        if model is None:
+            self.on_anonymous()
+            return
+        if model.get("kind", "user") != "user":
+            raise AccessDenied("only hub users may use aviflow-api")
+        info = await self.ctx.hub_user(model["name"])
+        self._principal = Principal(
+            name=model["name"],
+            groups=frozenset(info.get("groups") or ()),
+            admin=bool(info.get("admin")),
+            scopes=frozenset(model.get("scopes") or ()),
+        )
+
+    def on_anonymous(self) -> None:
+        raise AccessDenied("authenticate with a JupyterHub token")
+
+    @property
+    def principal(self) -> Principal:
+        assert self._principal is not None
+        return self._principal
+
+    def require_scope(self, action: authz.Action) -> None:
+        if not authz.has_scope(self.principal, action):
+            raise AccessDenied(f"this token lacks the scope {authz.scope_for(action)}")
+
+    def visibility(self) -> authz.Visibility:
+        return authz.visibility(self.principal, self.ctx.cfg)
+
+    async def job_ref(self, job_id: str, action: authz.Action) -> JobSummary:
+        """The job's ledger record, if the caller may do ``action`` on it (else 404 or 403).
+        A job the ledger does not have is 404: the change feed adds jobs within a second,
+        and a submission records its job at once."""
+        check_job_id(job_id)
+        found = await self.ctx.run(self.ctx.ledger.job, job_id)
+        if found is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        ref = JobRef(found.id, user=found.user, team=found.team, queue=found.queue)
+        decision = authz.decide(self.principal, action, ref, self.ctx.cfg)
+        if not decision.allowed:
+            cls = JobNotFound if decision.status == 404 else AccessDenied
+            raise cls(decision.reason)
+        return found
+
+    def int_arg(self, name: str, maximum: int) -> int | None:
+        """The query parameter ``name`` as an integer from 0 to ``maximum`` (None: absent)."""
+        raw = self.get_argument(name, None, strip=False)
+        return None if raw is None else parse_int(name, raw, maximum)
+
+    def choice_arg(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.get_argument(name, default, strip=False)
+        if value not in choices:
+            raise RequestError(f"{name} must be one of {', '.join(choices)}, got {value[:40]!r}")
+        return value

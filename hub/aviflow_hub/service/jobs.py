@@ -1,0 +1,131 @@
+"""Jobs: list (from the ledger), submit, read one, cancel.
+
+``GET jobs?limit=N`` lists the jobs the caller may see, newest first, from the ledger (the
+change feed keeps it within a second of the backend). ``POST jobs`` checks the whole request
+(:mod:`.submission`; a spec problem is a SpecError), the caller's queue (another team's is
+403; an unknown one, or one too small for the job, a SpecError) and a ``spec.resumeFrom``
+job (one the caller may read, else 404), then submits on the caller's behalf
+(``Owner(user, team)``) and records the job in the ledger at once. ``GET jobs/{id}`` adds the backend's current status, the spec and
+the submission record to the job's summary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from tornado.web import stream_request_body
+
+from aviflow.attempts import summarize
+from aviflow.backends.base import Backend
+from aviflow.bundle import CodeBundle
+from aviflow.errors import AccessDenied, SpecError
+from aviflow.names import label_value
+from aviflow.records import JobSummary, Owner
+from aviflow.spec import TrainJob
+from aviflow_hub import authz
+from aviflow_hub.service.base import BaseHandler
+from aviflow_hub.service.params import MAX_LIMIT
+from aviflow_hub.service.submission import MAX_BODY_BYTES, TooLarge, parse_submission
+
+USER_LABEL = "aviflow.dev/user"
+TEAM_LABEL = "aviflow.dev/team"
+# A body past MAX_BODY_BYTES is read to its end (and dropped) so the client gets its 413;
+# past this, the connection is closed.
+DRAIN_BYTES = 1 << 30
+
+
+@stream_request_body
+class JobsHandler(BaseHandler):
+    def initialize(self, **kw: Any) -> None:
+        super().initialize(**kw)
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        if self.request.method == "POST" and self.request.connection is not None:
+            self.request.connection.set_max_body_size(DRAIN_BYTES)
+
+    def data_received(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size <= MAX_BODY_BYTES:
+            self._chunks.append(chunk)
+        else:
+            self._chunks.clear()
+
+    async def get(self) -> None:
+        self.require_scope("read")
+        limit = self.int_arg("limit", MAX_LIMIT)
+        found = await self.ctx.run(self.ctx.ledger.summaries, limit, self.visibility())
+        self.send_json({"jobs": [s.to_dict() for s in found]})
+
+    async def post(self) -> None:
+        self.require_scope("submit")
+        if self._size > MAX_BODY_BYTES:
+            raise TooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        raw, self._chunks = b"".join(self._chunks), []
+        job, bundle = await self.ctx.run(parse_submission, raw)  # up to 90 MiB: not on the loop
+        if job.spec.resume_from is not None:  # only from a job the caller may read
+            await self.job_ref(job.spec.resume_from.job, "read")
+        choice = authz.choose_queue(
+            self.principal, job.spec.queue, self.ctx.cfg, job.spec.total_gpus
+        )
+        if not choice.decision.allowed or choice.team is None:
+            if choice.decision.status == 403:
+                raise AccessDenied(choice.decision.reason)
+            # only the service knows the caller's queues: a spec problem found here
+            raise SpecError([f"spec.queue: {choice.decision.reason}"])
+        team = choice.team
+        data = job.to_dict()
+        data["spec"]["queue"] = team.queue
+        data["metadata"]["labels"] = {
+            **data["metadata"].get("labels", {}),
+            USER_LABEL: label_value(self.principal.name),
+            TEAM_LABEL: team.name,
+        }
+        job = TrainJob.from_dict(data)
+        owner = Owner(self.principal.name, team.name)
+        summary = await self.ctx.run(_submit, self.ctx.backend, job, bundle, owner)
+        await self.ctx.run(self.ctx.ledger.record_job, summary)
+        self.send_json({"id": summary.id, "queue": team.queue, "team": team.name}, status=201)
+
+
+def _submit(backend: Backend, job: TrainJob, bundle: CodeBundle, owner: Owner) -> JobSummary:
+    job_id = backend.submit(job, bundle, owner)
+    return summarize(backend.meta(job_id), job, backend.status(job_id), [], time.time())
+
+
+class JobHandler(BaseHandler):
+    async def get(self, job_id: str) -> None:
+        summary = await self.job_ref(job_id, "read")
+        b = self.ctx.backend
+        status, spec, meta = await self.ctx.run(
+            lambda: (b.status(job_id), b.spec(job_id), b.meta(job_id))
+        )
+        current = replace(
+            summary,
+            state=status.state,
+            attempt=status.attempt,
+            message=status.message,
+            queue_position=status.queue_position,
+            updated=status.updated,
+            failure=status.failure,
+        )
+        self.send_json(
+            {
+                **current.to_dict(),
+                "status": status.to_dict(),
+                "spec": spec.to_dict(),
+                "meta": meta.to_dict(),
+            }
+        )
+
+
+class CancelHandler(BaseHandler):
+    async def post(self, job_id: str) -> None:
+        await self.job_ref(job_id, "cancel")
+        b = self.ctx.backend
+        cancelled, status = await self.ctx.run(lambda: (b.cancel(job_id), b.status(job_id)))
+        self.send_json({"id": job_id, "cancelled": cancelled, "state": status.state.value})

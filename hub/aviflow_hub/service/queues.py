@@ -1,0 +1,112 @@
+"""Queues, usage and Prometheus metrics, all read from the ledger.
+
+``GET queues``: one :class:`~aviflow.records.QueueQuota` per queue the caller may use (hub
+admins: every team's): the team's GPU quota from the config, GPUs held by its started jobs,
+its waiting jobs (each with its position; only those the caller may see are listed).
+``GET usage?by=team|user|day|week|attempt&format=json|csv``: allocated GPU-hours of the
+attempts the caller may see.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from aviflow.attempts import AttemptRecord
+from aviflow.errors import AccessDenied
+from aviflow.records import JobState, JobSummary, PendingJob, QueueQuota
+from aviflow_hub import authz
+from aviflow_hub.authz import Principal
+from aviflow_hub.config import HubConfig
+from aviflow_hub.ledger.metrics import registry_for
+from aviflow_hub.ledger.reports import GROUPINGS, attempts_csv, to_csv, usage_report
+from aviflow_hub.service.base import BaseHandler
+
+USAGE_BY = (*GROUPINGS, "attempt")
+FORMATS = ("json", "csv")
+
+
+def queue_quotas(p: Principal, cfg: HubConfig, unfinished: list[JobSummary]) -> list[QueueQuota]:
+    """The queues ``p`` may use, from the unfinished jobs of the ledger (pure)."""
+    seen = authz.visibility(p, cfg)
+    oldest_first = sorted(unfinished, key=lambda s: (s.submitted, s.id))
+    out = []
+    for team in authz.visible_queues(p, cfg):
+        mine = [s for s in oldest_first if s.queue == team.queue]
+        waiting = [s for s in mine if s.state is JobState.QUEUED]
+        out.append(
+            QueueQuota(
+                queue=team.queue,
+                gpu_quota=team.gpu_quota,
+                gpus_in_use=sum(s.gpus for s in mine if s.state.is_active()),
+                pending_count=len(waiting),
+                team=team.name,
+                borrowed=0,
+                pending=tuple(
+                    PendingJob(s.id, s.user, position=i + 1, gpus=s.gpus)
+                    for i, s in enumerate(waiting)
+                    if seen.allows(s.user, s.team)
+                ),
+            )
+        )
+    return out
+
+
+class QueuesHandler(BaseHandler):
+    async def get(self) -> None:
+        self.require_scope("read")
+        unfinished = await self.ctx.run(lambda: self.ctx.ledger.summaries(unfinished=True))
+        quotas = queue_quotas(self.principal, self.ctx.cfg, unfinished)
+        self.send_json({"queues": [q.to_dict() for q in quotas]})
+
+
+def scope_words(p: Principal, cfg: HubConfig) -> str:
+    if p.admin:
+        return "all teams"
+    teams = authz.administered_teams(p, cfg)
+    return f"your jobs and team(s) {', '.join(teams)}" if teams else "your jobs"
+
+
+def attempt_rows(attempts: list[AttemptRecord], now: float) -> list[dict[str, Any]]:
+    return [{**a.to_dict(), "gpu_seconds": a.gpu_seconds(now)} for a in attempts]
+
+
+class UsageHandler(BaseHandler):
+    async def get(self) -> None:
+        self.require_scope("read")
+        by = self.choice_arg("by", USAGE_BY, "team")
+        fmt = self.choice_arg("format", FORMATS, "json")
+        attempts = await self.ctx.run(self.ctx.ledger.attempts, self.visibility())
+        now = time.time()
+        if by == "attempt":
+            if fmt == "csv":
+                self.set_header("Content-Type", "text/csv; charset=utf-8")
+                self.finish(attempts_csv(attempts, now))
+            else:
+                self.send_json({"by": by, "rows": attempt_rows(attempts, now)})
+            return
+        rows = usage_report(attempts, by, now)  # type: ignore[arg-type]
+        if fmt == "csv":
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.set_header(
+                "Content-Disposition", f'attachment; filename="aviflow-usage-by-{by}.csv"'
+            )
+            self.finish(to_csv(rows, by))  # type: ignore[arg-type]
+        else:
+            self.send_json(
+                {"by": by, "scope": scope_words(self.principal, self.ctx.cfg), "rows": rows}
+            )
+
+
+class MetricsHandler(BaseHandler):
+    """Prometheus metrics of the ledger (hub admins)."""
+
+    async def get(self) -> None:
+        self.require_scope("read")
+        if not self.principal.admin:
+            raise AccessDenied("metrics are for hub admins")
+        body = await self.ctx.run(generate_latest, registry_for(self.ctx.ledger))
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(body)

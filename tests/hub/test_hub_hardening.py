@@ -1,0 +1,427 @@
+"""Hostile and broken input against a real hub: each is a clear 4xx JSON error that creates
+nothing and never makes a view fail, for the sender or anyone else.
+
+One hub for the module (``real_hub``; alice in team-a, bob in team-b, root a hub admin).
+``views_stay_up`` checks every listing a user has (jobs, queues, usage, the HTML job list and
+report); ``nothing_created`` compares the run store before and after.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aviflow.backends.hub import HubBackend
+from aviflow.bundle import CodeBundle
+from aviflow.errors import SpecError
+from aviflow.spec import TrainJob
+from aviflow.store import RunStore, append_line
+from aviflow_hub.service.params import MAX_CURSOR
+from aviflow_hub.service.submission import MAX_BODY_BYTES
+
+pytestmark = pytest.mark.timeout(900)
+ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"
+SMALL = 4096  # what an error body stays under, whatever it was sent
+
+
+def job_spec(name: str = "quick", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"script": "print('hi')", **spec},
+    }
+
+
+def post(hub: Any, token: str, body: Any) -> Any:
+    """POST jobs with ``body`` (bytes as they are, anything else as JSON)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return hub.call("POST", "jobs", token, data=data, headers={"Content-Type": "application/json"})
+
+
+def refused(r: Any, status: int, error: str, *words: str) -> dict[str, Any]:
+    assert r.headers["Content-Type"].startswith("application/json"), r.text[:500]
+    assert len(r.content) < SMALL, len(r.content)
+    body = r.json()
+    assert (r.status_code, body["status"], body["error"]) == (status, status, error), body
+    text = body["message"] + " ".join(body["problems"])
+    for word in words:
+        assert word in text, (word, body)
+    return body
+
+
+@pytest.fixture(scope="module")
+def tokens(real_hub: Any) -> dict[str, str]:
+    return {
+        "alice": real_hub.token("alice"),
+        "bob": real_hub.token("bob"),
+        "root": real_hub.token("root", password=ADMIN_PASSWORD),
+    }
+
+
+@pytest.fixture(scope="module")
+def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
+    """A finished job each of alice and bob."""
+    out = {}
+    for user in ("alice", "bob"):
+        r = post(real_hub, tokens[user], {"spec": job_spec()})
+        assert r.status_code == 201, r.text
+        out[user] = r.json()["id"]
+    for user, job_id in out.items():
+        assert finish(real_hub, tokens[user], job_id) == "SUCCEEDED", real_hub.log()[-3000:]
+    return out
+
+
+def finish(hub: Any, token: str, job_id: str) -> str:
+    """Wait for the job to finish; its final state."""
+
+    def final() -> str | None:
+        state = hub.call("GET", f"jobs/{job_id}/status", token).json()["state"]
+        return state if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+    return hub.until(final, f"{job_id} finishes", timeout=300)
+
+
+def views_stay_up(hub: Any, tokens: dict[str, str]) -> None:
+    for user, token in tokens.items():
+        for path in ("jobs", "queues", "usage", "usage?by=attempt"):
+            r = hub.call("GET", path, token)
+            assert r.status_code == 200, (user, path, r.text)
+        for page in ("", "report"):
+            r = hub.page(page, token)
+            assert r.status_code == 200 and "<html>" in r.text, (user, page, r.text[:300])
+
+
+@contextmanager
+def nothing_created(hub: Any) -> Iterator[None]:
+    def snapshot() -> list[
+        str
+    ]:  # job directories and the id index (<root>/<user>/<job>, .ids/<job>)
+        return sorted(str(p.relative_to(hub.run_root)) for p in hub.run_root.glob("*/*"))
+
+    before = snapshot()
+    yield
+    assert snapshot() == before
+
+
+def test_a_lone_surrogate_in_a_job_name_is_a_spec_error(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    raw = json.dumps({"spec": job_spec("x")}).replace('"x"', '"bad\\ud800name"').encode()
+    assert b"\\ud800" in raw
+    with nothing_created(real_hub):
+        refused(
+            post(real_hub, tokens["alice"], raw), 400, "SpecError", "metadata.name", "surrogate"
+        )
+        # the same in other strings of the spec, and in a key
+        env = json.dumps({"spec": job_spec(env={"K": "x"})}).replace('"x"', '"\\udfff"').encode()
+        refused(post(real_hub, tokens["alice"], env), 400, "SpecError", "spec.env.K")
+        key = json.dumps({"spec": job_spec(env={"K": "v"})}).replace('"K"', '"\\ud800"').encode()
+        refused(post(real_hub, tokens["alice"], key), 400, "SpecError")
+    views_stay_up(real_hub, tokens)
+
+
+def test_deeply_nested_and_too_large_bodies(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    with nothing_created(real_hub):
+        deep = b'{"spec": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        refused(post(real_hub, tokens["alice"], deep), 400, "RequestError", "nested too deeply")
+        nested: Any = "leaf"
+        for _ in range(60):
+            nested = [nested]
+        body = {"spec": job_spec(), "bundle": {"origin": {"deep": nested}}}
+        refused(post(real_hub, tokens["alice"], body), 400, "RequestError", "nested more than 32")
+        body = {"spec": {**job_spec(), "metadata": {"name": "x", "labels": {"a": nested}}}}
+        refused(post(real_hub, tokens["alice"], body), 400, "SpecError", "nested more than 32")
+        for raw in (b"not json", b"\xff\xfe{}", b"[1, 2]", b'"text"', b""):
+            refused(post(real_hub, tokens["alice"], raw), 400, "RequestError")
+        huge = b'{"spec": "' + b"x" * (MAX_BODY_BYTES + 1) + b'"}'
+        refused(post(real_hub, tokens["alice"], huge), 413, "RequestError", str(MAX_BODY_BYTES))
+    views_stay_up(real_hub, tokens)
+
+
+BAD_NAMES = [
+    ".",
+    "..",
+    "a/../b",
+    "../escape.py",
+    "/etc/passwd",
+    "",
+    "a\x00b",
+    "\ud800.py",
+    "a//b",
+    "./a",
+    "a/",
+    "MANIFEST.json",
+    "x" * 300,
+]
+
+
+def test_bundle_file_names_must_be_plain_relative_paths(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    content = base64.b64encode(b"print('x')\n").decode()
+    with nothing_created(real_hub):
+        for name in BAD_NAMES:
+            body = {"spec": job_spec(), "bundle": {"files": {name: content}}}
+            refused(post(real_hub, tokens["alice"], body), 400, "RequestError", "bundle.files")
+        for files, word in (
+            ({"a": content, "a/b": content}, "inside the file"),
+            ({"a.py": "not base64!"}, "not base64"),
+            ({"a.py": 1}, "base64"),
+        ):
+            refused(
+                post(real_hub, tokens["alice"], {"spec": job_spec(), "bundle": {"files": files}}),
+                400,
+                "RequestError",
+                word,
+            )
+        body = {"spec": job_spec(), "bundle": {"files": {"a.py": content}, "entrypoint": "b.py"}}
+        refused(post(real_hub, tokens["alice"], body), 400, "RequestError", "entrypoint")
+    views_stay_up(real_hub, tokens)
+
+
+def test_query_parameters_are_checked_and_bounded(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    job = jobs["alice"]
+    bad = {
+        "jobs": ["limit=-1", "limit=abc", "limit=1e3", "limit=100001", "limit=", "limit=%201"],
+        f"jobs/{job}/events": ["since=-1", "since=x", f"since={MAX_CURSOR + 1}", "since=1.5"],
+        f"jobs/{job}/metrics": ["since=-5", "afterStep=-1", "afterStep=ten", f"afterStep={10**30}"],
+        f"jobs/{job}/logs/0": [
+            "tail=-1",
+            "tail=x",
+            "tail=100001",
+            "offset=-1",
+            f"offset={MAX_CURSOR + 1}",
+            "tail=1&offset=0",
+        ],
+        f"jobs/{job}/logs/abc": [""],
+        f"jobs/{job}/logs/-1": [""],
+        f"jobs/{job}/logs/4096": [""],
+        f"jobs/{job}/logs/{'9' * 40}": [""],
+        "usage": ["by=month", "format=xml"],
+    }
+    for path, queries in bad.items():
+        for query in queries:
+            r = real_hub.call("GET", f"{path}?{query}", tokens["alice"])
+            assert r.status_code == 400, (path, query, r.text)
+            refused(r, 400, "RequestError")
+    refused(
+        real_hub.call("GET", f"jobs/{job}/logs/0?tail=9999999", tokens["alice"]),
+        400,
+        "RequestError",
+        "tail must be a whole number from 0 to 100000",
+    )
+    good = [
+        "jobs?limit=0",
+        "jobs?limit=100000",
+        f"jobs/{job}/events?since={2**40}",
+        f"jobs/{job}/metrics?since=0&afterStep={MAX_CURSOR}",
+        f"jobs/{job}/logs/4095?tail=0",
+        f"jobs/{job}/logs/0?tail=100000",
+        f"jobs/{job}/logs/0?offset={MAX_CURSOR}",
+    ]
+    for path in good:
+        assert real_hub.call("GET", path, tokens["alice"]).status_code == 200, path
+    assert real_hub.call("GET", "jobs?limit=0", tokens["alice"]).json() == {"jobs": []}
+    events = real_hub.call("GET", f"jobs/{job}/events?since={2**40}", tokens["alice"]).json()
+    assert events["events"] == []
+    # Past what a file can hold the run store's seek fails (EINVAL): a 400, never a 500.
+    # (Once aviflow.store.read_lines clamps the cursor to the file's size, a 200.)
+    for part in ("events", "metrics"):
+        r = real_hub.call("GET", f"jobs/{job}/{part}?since={MAX_CURSOR}", tokens["alice"])
+        assert r.status_code == 200 or refused(r, 400, "RequestError", "past the end"), r.text
+
+
+def test_routes_that_do_not_exist_answer_json_404(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    for path in (
+        "nope",
+        "jobs/x/y/z",
+        f"jobs/{jobs['alice']}/nope",
+        "jobs/",
+        "queues/x",
+        f"jobs/{jobs['alice']}/logs/0/x",
+    ):
+        for token in (tokens["alice"], None):
+            refused(real_hub.call("GET", path, token), 404, "RequestError", "openapi.json")
+    refused(
+        real_hub.call("GET", "nope", tokens["alice"]),
+        404,
+        "RequestError",
+        "GET /services/aviflow-api/api/v1/nope",
+    )
+    for job_id in ("NOT-AN-ID", "a%00b", "x" * 100, "tiny-1%0A"):
+        for part in ("", "/events", "/logs/0"):
+            refused(
+                real_hub.call("GET", f"jobs/{job_id}{part}", tokens["alice"]), 404, "JobNotFound"
+            )
+    r = real_hub.page("no/such/page", tokens["alice"])
+    assert (r.status_code, r.json()["error"]) == (404, "RequestError")
+    refused(real_hub.call("DELETE", f"jobs/{jobs['alice']}", tokens["alice"]), 405, "RequestError")
+    refused(real_hub.call("POST", "queues", tokens["alice"], json={}), 405, "RequestError")
+
+
+def test_unknown_keys_are_named_with_a_suggestion(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    with nothing_created(real_hub):
+        cases = [
+            ({"spec": job_spec(), "bundel": {}}, "'bundel' in the request; did you mean 'bundle'?"),
+            ({"specs": job_spec()}, "'specs' in the request; did you mean 'spec'?"),
+            (
+                {"spec": job_spec(), "bundle": {"file": {}}},
+                "'file' in bundle; did you mean 'files'?",
+            ),
+            ({"spec": job_spec(), "bundle": {"entryPoint": "a"}}, "did you mean 'entrypoint'?"),
+            (
+                {"spec": job_spec(), "bundle": {"accelerate": "a"}},
+                "did you mean 'accelerateConfig'?",
+            ),
+            ({"spec": job_spec(), "zzz": 1}, "valid keys: spec, bundle"),
+            ({"bundle": {}}, 'no "spec"'),
+        ]
+        for body, words in cases:
+            refused(post(real_hub, tokens["alice"], body), 400, "RequestError", words)
+
+
+def test_error_bodies_never_echo_large_inputs(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    big = "x" * 10_000_000
+    with nothing_created(real_hub):
+        refused(
+            post(real_hub, tokens["alice"], {"spec": job_spec(nodes=big)}),
+            400,
+            "SpecError",
+            "spec.nodes",
+        )
+        refused(
+            post(real_hub, tokens["alice"], {"spec": {**job_spec(), "metadata": {"name": big}}}),
+            400,
+            "SpecError",
+            "metadata.name",
+        )
+        refused(post(real_hub, tokens["alice"], {"spec": job_spec(), big: 1}), 400, "RequestError")
+        refused(
+            post(real_hub, tokens["alice"], {"spec": job_spec(), "bundle": {"files": {big: ""}}}),
+            400,
+            "RequestError",
+        )
+        refused(post(real_hub, tokens["alice"], {"spec": job_spec(**{big: 1})}), 400, "SpecError")
+    refused(
+        real_hub.call("GET", f"jobs?limit={'1' * 100_00}", tokens["alice"]), 400, "RequestError"
+    )
+
+
+def test_resume_from_a_job_the_caller_may_not_read_is_404(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    with nothing_created(real_hub):
+        for job_id in (jobs["bob"], "no-such-job-1234"):
+            body = {"spec": job_spec(resumeFrom={"job": job_id, "step": 0})}
+            refused(post(real_hub, tokens["alice"], body), 404, "JobNotFound", job_id)
+    # the owner may resume from it; so may a hub admin
+    for who in ("bob", "root"):
+        r = post(
+            real_hub,
+            tokens[who],
+            {"spec": job_spec(queue="queue-b", resumeFrom={"job": jobs["bob"], "step": 0})},
+        )
+        assert r.status_code == 201, r.text
+        assert finish(real_hub, tokens[who], r.json()["id"]) == "SUCCEEDED"
+
+
+def test_unreadable_jobs_and_ledger_rows_are_skipped(
+    real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
+) -> None:
+    # a job written straight into the run store, whose meta.json is garbage: made whole in a
+    # scratch store, broken there, then moved in and indexed as RunStore.create does
+    store = RunStore(real_hub.run_root)
+    scratch = RunStore(real_hub.run_root.parent / "scratch").create(
+        TrainJob.from_dict(job_spec("broken")), {}, "alice", team="team-a"
+    )
+    scratch.meta_path.write_text("{not json")
+    broken = store.user_dir("alice") / scratch.id
+    scratch.path.rename(broken)
+    (store.index_dir / scratch.id).symlink_to(f"../alice/{scratch.id}")
+    append_line(store.index_log, {"id": scratch.id, "user": "alice", "time": time.time()})
+    assert scratch.id in store.ids()
+    # and a ledger row no reader can parse, of alice's
+    ledger = sqlite3.connect(real_hub.run_root.parent / "aviflow-ledger.sqlite")
+    with ledger:
+        ledger.execute(
+            "INSERT INTO aviflow_jobs (job_id, name, user, team, queue, nodes, gpus, submitted,"
+            " updated, state, origin) VALUES ('garbage-row', 'g', 'alice', 'team-a', 'queue-a',"
+            " 1, 1, 0, 0, 'EXPLODED', '[not an object')"
+        )
+    ledger.close()
+    real_hub.until(
+        lambda: f"job {scratch.id} cannot be read" in real_hub.log(), "the feed reports the job"
+    )
+    views_stay_up(real_hub, tokens)
+    real_hub.until(
+        lambda: "ledger row of job garbage-row cannot be read" in real_hub.log(),
+        "the row is reported",
+    )
+    for token in tokens.values():
+        listed = [j["id"] for j in real_hub.call("GET", "jobs", token).json()["jobs"]]
+        assert scratch.id not in listed and "garbage-row" not in listed
+    for job_id in (scratch.id, "garbage-row"):
+        refused(real_hub.call("GET", f"jobs/{job_id}", tokens["alice"]), 404, "JobNotFound")
+    # the feed goes on for everything else
+    r = post(real_hub, tokens["alice"], {"spec": job_spec("after")})
+    assert r.status_code == 201
+    assert finish(real_hub, tokens["alice"], r.json()["id"]) == "SUCCEEDED"
+    real_hub.until(
+        lambda: (
+            real_hub.call("GET", "jobs", tokens["alice"]).json()["jobs"][0]["state"] == "SUCCEEDED"
+        ),
+        "the next job reaches the ledger",
+    )
+
+
+def test_a_spec_error_crosses_http_as_a_spec_error(
+    real_hub: Any, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    url = f"{real_hub.url}/services/aviflow-api/"
+    hub = HubBackend(url, token=tokens["alice"])
+    valid = TrainJob.from_dict(job_spec())
+    bad = valid.model_copy(update={"spec": valid.spec.model_copy(update={"nodes": 0})})  # unchecked
+    with pytest.raises(SpecError) as local:
+        TrainJob.from_dict(bad.to_dict())
+    with nothing_created(real_hub), pytest.raises(SpecError) as remote:
+        hub.submit(bad, CodeBundle({}))
+    assert remote.value.problems == local.value.problems and len(local.value.problems) == 1
+    with nothing_created(real_hub), pytest.raises(SpecError) as queue:
+        hub.submit(TrainJob.from_dict(job_spec(queue="nope")), CodeBundle({}))
+    assert queue.value.problems == ["spec.queue: no queue 'nope'; your queues: queue-a"]
+    # the CLI exits 2 (bad usage or spec), as with a local spec error
+    path = tmp_path / "bad.yaml"
+    path.write_text(TrainJob.from_dict(job_spec(queue="nope")).to_yaml())
+    env = {"AVIFLOW_API_URL": url, "JUPYTERHUB_API_TOKEN": tokens["alice"], "PATH": "/usr/bin:/bin"}
+    with nothing_created(real_hub):
+        done = subprocess.run(
+            [sys.executable, "-m", "aviflow", "--backend", "hub", "submit", str(path)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "spec.queue: no queue 'nope'" in done.stderr
