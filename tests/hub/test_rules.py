@@ -99,7 +99,10 @@ def test_kubernetes_settings() -> None:
     assert not any(sc.startswith(("custom:", "access:services")) for sc in culler["scopes"])
     services = {sv["name"]: sv for sv in s["JupyterHub"]["services"]}
     assert services["aviflow-api"]["url"] == "http://aviflow-api:8088"
-    assert services["idle-culler"]["command"] == ["/py", "-m", "jupyterhub_idle_culler", "--timeout=3600", "--cull-every=300"]
+    assert services["idle-culler"]["command"] == ["/py", "-m", "aviflow_hub.culler", "--timeout=3600", "--cull-every=300"]
+    # Hub stop: notebooks are stopped with the hub; no periodic service check (it crashes on a
+    # service being stopped).
+    assert (s["JupyterHub"]["cleanup_servers"], s["JupyterHub"]["service_check_interval"]) == (True, 0)
 
 
 HOSTILE = ["Alice", "alice", "ALICE", "ümit", "umit", "-dash", "dash-", "--x", "a" * 70, "a" * 71,
