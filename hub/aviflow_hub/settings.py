@@ -82,10 +82,12 @@ def services(
         }
     ]
     if cfg.culler.enabled:
+        # jupyterhub-idle-culler behind aviflow_hub.culler, which stops on the hub's SIGINT even
+        # when SIGINT was inherited as ignored (see that module).
         cmd = [
             python,
             "-m",
-            "jupyterhub_idle_culler",
+            "aviflow_hub.culler",
             f"--timeout={cfg.culler.timeout}",
             f"--cull-every={cfg.culler.every}",
         ]
@@ -205,7 +207,13 @@ def hub_settings(
             "custom_scopes": {k: dict(v) for k, v in CUSTOM_SCOPES.items()},
             "load_roles": roles(cfg),
             "services": services(cfg, config_path, python),
+            # Ctrl-C or SIGTERM stops local notebooks too (`make hub`); jobs are not hub servers,
+            # their detached supervisors keep running across a hub stop.
             "cleanup_servers": True,
+            # Off: JupyterHub's periodic service check only logs, and while the hub stops it
+            # crashes with a traceback on a service already stopped (its server row deleted).
+            # A managed service that exits is restarted by the hub's own process poll.
+            "service_check_interval": 0,
         },
         "ConfigurableHTTPProxy": {"pid_file": str(data_dir / "proxy.pid")},
     }

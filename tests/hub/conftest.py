@@ -7,8 +7,9 @@
     token)`` (its HTML pages), ``token(user)``, ``spawn``/``stop_server``, ``log()``, and
     ``until(check, what)``, which polls for what the ledger shows within a second or two.
 ``hub_factory``
-    ``hub_factory(cfg=None, env=None)`` -> another real hub like ``real_hub`` (any config dict,
-    extra environment), stopped after the test.
+    ``hub_factory(cfg=None, env=None, ignore_sigint=False)`` -> another real hub like
+    ``real_hub`` (any config dict, extra environment; ``ignore_sigint``: started with SIGINT
+    ignored, as ``cmd &`` in a non-interactive shell starts it), stopped after the test.
 ``real_hub`` (module scope)
     A real JupyterHub process (configurable-http-proxy, the shared-password authenticator,
     local notebooks, aviflow-api on the local backend, the idle culler) on free ports in a
@@ -36,6 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -246,14 +248,32 @@ def stop_hub(proc: subprocess.Popen[bytes]) -> list[int]:
     return [p.pid for p in alive]
 
 
-def start_hub(directory: Path, cfg: dict[str, Any], env: dict[str, str] | None = None) -> Hub:
+@contextmanager
+def _sigint_ignored(ignore: bool) -> Iterator[None]:
+    """SIGINT ignored in this process meanwhile, so a child started now inherits that."""
+    if not ignore:
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def start_hub(
+    directory: Path,
+    cfg: dict[str, Any],
+    env: dict[str, str] | None = None,
+    ignore_sigint: bool = False,
+) -> Hub:
     assert shutil.which("configurable-http-proxy"), "run tools/sysdeps.sh"
     path = write_config(directory, cfg)
     argv, hub_env, cwd = hub_command(path, sys.executable)
     env = {**hub_env, **(env or {})}
     cwd.mkdir(parents=True, exist_ok=True)
     log_path = directory / "hub.log"
-    with open(log_path, "wb") as log:
+    with open(log_path, "wb") as log, _sigint_ignored(ignore_sigint):
         proc = subprocess.Popen(
             argv,
             env=env,
@@ -282,14 +302,19 @@ def hub_config() -> Any:
 
 @pytest.fixture
 def hub_factory() -> Iterator[Any]:
-    """``hub_factory(cfg=None, env=None)`` -> a started :class:`Hub` (default config:
-    :func:`base_config`; ``env`` is added to the hub's environment), each in its own temp dir;
-    after the test all are stopped and no process may remain."""
+    """``hub_factory(cfg=None, env=None, ignore_sigint=False)`` -> a started :class:`Hub`
+    (default config: :func:`base_config`; ``env`` is added to the hub's environment;
+    ``ignore_sigint``: the hub starts with SIGINT ignored), each in its own temp dir; after the
+    test all are stopped and no process may remain."""
     started: list[tuple[Hub, Path]] = []
 
-    def start(cfg: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Hub:
+    def start(
+        cfg: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        ignore_sigint: bool = False,
+    ) -> Hub:
         directory = Path(tempfile.mkdtemp(prefix="aviflow-hub-"))
-        hub = start_hub(directory, cfg or base_config(), env)
+        hub = start_hub(directory, cfg or base_config(), env, ignore_sigint)
         started.append((hub, directory))
         return hub
 

@@ -186,10 +186,16 @@ def test_kubernetes_settings() -> None:
     assert services["idle-culler"]["command"] == [
         "/py",
         "-m",
-        "jupyterhub_idle_culler",
+        "aviflow_hub.culler",
         "--timeout=3600",
         "--cull-every=300",
     ]
+    # Hub stop: notebooks are stopped with the hub; no periodic service check (it crashes on a
+    # service being stopped).
+    assert (s["JupyterHub"]["cleanup_servers"], s["JupyterHub"]["service_check_interval"]) == (
+        True,
+        0,
+    )
 
 
 HOSTILE = [

@@ -107,8 +107,13 @@ async def serve(config_path: str) -> None:
     poller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("aviflow-api stopping on %s", sig.name)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     log.info("aviflow-api listening on %s%s", url.geturl(), hub_auth.base_url)
     await stop.wait()
     poller.stop()
