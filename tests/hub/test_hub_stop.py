@@ -17,9 +17,9 @@ from typing import Any
 
 import psutil
 import pytest
-from aviflow_hub.client import HubBackend
 
 from aviflow import _procs, api
+from aviflow.backends.hub import HubBackend
 from aviflow.backends.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(900)
@@ -84,8 +84,7 @@ def test_sigterm_stops_every_hub_process_promptly_and_jobs_keep_running(
     try:
         deadline = time.monotonic() + 300
         while not (
-            local.status(job_id)["state"] == "RUNNING"
-            and local.run_dir(job_id).rank_log(0).exists()
+            local.status(job_id).state == "RUNNING" and local.run_dir(job_id).rank_log(0).exists()
         ):
             assert time.monotonic() < deadline, local.status(job_id)
             time.sleep(0.5)
@@ -112,7 +111,7 @@ def test_sigterm_stops_every_hub_process_promptly_and_jobs_keep_running(
         size = local.run_dir(job_id).rank_log(0).stat().st_size
         time.sleep(2)
         assert job_pids <= {p.pid for p in _procs.tagged(job_id)}
-        assert local.status(job_id)["state"] == "RUNNING"
+        assert local.status(job_id).state == "RUNNING"
         assert local.run_dir(job_id).rank_log(0).stat().st_size > size
     finally:
         stray = stop_jobs(hub.run_root)
