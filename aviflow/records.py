@@ -174,8 +174,8 @@ class FailureInfo:
             exception=str(d.get("exception") or ""),
             message=str(d.get("message") or ""),
             traceback=str(d.get("traceback") or ""),
-            exit_code=_opt_int(d.get("exitCode")),
-            log_tail=str(d.get("logTail") or ""),
+            exit_code=_opt_int(d.get("exitCode", d.get("exit_code"))),  # snake: before 0.2
+            log_tail=str(d.get("logTail") or d.get("log_tail") or ""),
             time=_opt_float(d.get("time")),
             pid=_opt_int(d.get("pid")),
         )

@@ -473,6 +473,7 @@ class RunStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_root()
         self._found: dict[str, Path] = {}
+        self._migrated = False
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.root)!r})"
@@ -497,6 +498,7 @@ class RunStore:
     def locate(self, job_id: str) -> Path | None:
         """The directory of ``job_id`` if it is complete (has its spec), else None."""
         self.check_id(job_id)
+        self.migrate_legacy()
         cached = self._found.get(job_id)
         if cached is not None and (cached / "job.yaml").is_file():
             return cached
@@ -530,6 +532,7 @@ class RunStore:
     def ids(self, newest: int | None = None) -> list[str]:
         """Job ids, oldest submission first; with ``newest``, only the newest N of them (read
         from the end of the index: the cost does not grow with the number of jobs)."""
+        self.migrate_legacy()
         if newest is not None and newest <= 0:
             return []
         if not self.index_log.exists():
@@ -563,6 +566,50 @@ class RunStore:
                 if isinstance(obj, dict):
                     rows.append(obj)
         return [str(r["id"]) for r in rows if is_dns1123_label(str(r.get("id", "")))]
+
+    def migrate_legacy(self) -> list[str]:
+        """Move finished jobs of the flat layout of earlier versions (``<root>/<job-id>/``)
+        under their user's directory, into the index; once per store object. A legacy job that
+        has not finished is left where it is (its supervisor uses its path)."""
+        if self._migrated:
+            return []
+        self._migrated = True
+        moved = []
+        try:
+            entries = [e for e in os.scandir(self.root) if _is_home(e)]
+        except OSError:
+            return []
+        legacy = []
+        for entry in entries:
+            old = RunDir(Path(entry.path))
+            if not old.spec_path.is_file() or not old.status().state.is_finished():
+                continue
+            data = read_json(old.meta_path, {})
+            if isinstance(data, dict):
+                legacy.append((float(data.get("submitted") or 0.0), old, data))
+        for _, old, data in sorted(legacy, key=lambda t: (t[0], t[1].id)):
+            user = str(data.get("user") or "unknown")
+            home = self.user_dir(user)
+            home.mkdir(exist_ok=True)
+            self.index_dir.mkdir(exist_ok=True)
+            try:
+                os.symlink(f"../{home.name}/{old.id}", self.index_dir / old.id)
+            except FileExistsError:
+                continue
+            meta = {
+                **data,
+                "id": old.id,
+                "codeHash": data.get("codeHash", data.get("code_hash", "")),
+            }
+            atomic_write(old.meta_path, json.dumps(meta, indent=2))
+            os.rename(old.path, home / old.id)
+            append_line(
+                self.index_log, {"id": old.id, "user": home.name, "time": meta.get("submitted", 0)}
+            )
+            moved.append(old.id)
+        if moved:
+            self._found.clear()
+        return moved
 
     def _scan_ids(self, newest: int | None) -> list[str]:
         """Without an index (one user's directory mounted alone): every job, by submit time."""
@@ -610,6 +657,7 @@ class RunStore:
         ``files`` maps paths relative to the job directory to their content. The directory
         only appears under the root when complete; a failure leaves nothing behind.
         """
+        self.migrate_legacy()
         home = self.user_dir(user)
         home.mkdir(parents=True, exist_ok=True)
         self.index_dir.mkdir(exist_ok=True)

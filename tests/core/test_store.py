@@ -262,3 +262,37 @@ def test_store_root_from_environment(tmp_path, monkeypatch):
     assert RunStore().root == tmp_path / "r"
     monkeypatch.delenv("AVIFLOW_ROOT")
     assert RunStore().root == Path(os.path.expanduser("~")) / ".aviflow" / "runs"
+
+
+def test_finished_jobs_of_the_flat_layout_of_earlier_versions_are_moved_in(tmp_path):
+    """Runs written before the per-user layout (``<root>/<job-id>/``) keep being listed."""
+    import json as _json
+
+    def legacy(job_id: str, user: str, submitted: float, state: str) -> Path:
+        d = tmp_path / job_id
+        (d / "checkpoints" / "step-000000010").mkdir(parents=True)
+        (d / "checkpoints" / "step-000000010" / "aviflow-checkpoint.json").write_text(
+            '{"step": 10}'
+        )
+        (d / "job.yaml").write_text(JOB.to_yaml())
+        meta = {"id": job_id, "name": "tiny", "user": user, "submitted": submitted,
+                "code_hash": "sha256:old", "origin": {}}  # fmt: skip
+        (d / "meta.json").write_text(_json.dumps(meta))
+        failure = {"node": 1, "exit_code": -9, "log_tail": "Killed"}
+        (d / "status.json").write_text(_json.dumps({"state": state, "failure": failure}))
+        return d
+
+    legacy("old-2", "bob", 20.0, "FAILED")
+    legacy("old-1", "ada", 10.0, "SUCCEEDED")
+    running = legacy("old-3", "ada", 30.0, "RUNNING")
+    store = RunStore(tmp_path)
+    new = make(store)
+    assert store.ids() == ["old-1", "old-2", new.id]
+    moved = store.get("old-2")
+    assert moved.path == tmp_path / "bob" / "old-2"
+    assert moved.meta().code_hash == "sha256:old"
+    failure = moved.status().failure
+    assert failure is not None and (failure.exit_code, failure.log_tail) == (-9, "Killed")
+    assert store.checkpoint_path(CheckpointRef("old-1", 10)).is_dir()
+    assert running.is_dir()  # an unfinished one stays where its supervisor works
+    assert RunStore(tmp_path).migrate_legacy() == []
