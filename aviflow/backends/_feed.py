@@ -54,6 +54,11 @@ class ChangeFeed(ABC):
     def poll(self) -> list[JobChange]:
         """The changes since the last poll (the first poll reports every unfinished job)."""
 
+    @abstractmethod
+    def reread(self, job_id: str) -> None:
+        """Report ``job_id`` from its first event again at the next poll (``reset``): for a
+        reader that could not store a change and must start that job over."""
+
     def close(self) -> None:
         """Release what the feed holds (a watch, a thread)."""
         return None
@@ -86,6 +91,11 @@ class PollingFeed(ChangeFeed):
             if change is not None:
                 out.append(change)
         return out
+
+    def reread(self, job_id: str) -> None:
+        self._done.discard(job_id)
+        self._cursor.pop(job_id, None)
+        self._status.pop(job_id, None)
 
     def _read(self, job_id: str) -> JobChange | None:
         first = job_id not in self._cursor

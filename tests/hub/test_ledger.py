@@ -481,7 +481,7 @@ class FailsOnce(Ledger):
         super()._apply(change, now)
 
 
-def test_ingest_restarts_the_feed_after_a_store_failure(tmp_path: Path) -> None:
+def test_ingest_rereads_a_job_whose_change_could_not_be_stored(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs")
     backend = StoreOnly(store.root)
     flaky = make_job(store, "flaky", "alice", "a", nodes=1, gpus=1)
@@ -492,15 +492,17 @@ def test_ingest_restarts_the_feed_after_a_store_failure(tmp_path: Path) -> None:
         emit(run, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 10, {}))
     now = [0.0]
     ledger = FailsOnce("sqlite://", flaky.id)
-    ingest = Ingest(backend, ledger, resync_after=30, clock=lambda: now[0])
+    ingest = Ingest(backend, ledger, first_retry=1.0, clock=lambda: now[0])
     assert ingest.step() == 1  # steady stored, flaky failed
     assert set(ingest.problems) == {flaky.id, broken.id}
     assert ledger.job(flaky.id) is None and ledger.job(steady.id) is not None
     for run in (flaky, steady):
         emit(run, (E.RUNNING, 1, 20, {}), (E.SUCCEEDED, 1, 40, {}))
-    ingest.step()  # flaky's later events alone cannot make its attempt: kept as a problem
-    now[0] = 31.0
-    ingest.step()  # a fresh feed re-reads what is not final in the ledger
+    now[0] = 0.5
+    ingest.step()  # not yet: its retry is due after a second; steady's end is stored
+    assert set(ingest.problems) == {flaky.id, broken.id}
+    now[0] = 1.0
+    ingest.step()  # flaky is read again from its first event
     assert set(ingest.problems) == {broken.id}
     rows = {a.job_id: (a.admitted, a.finished, a.outcome) for a in ledger.attempts()}
     assert rows == {
