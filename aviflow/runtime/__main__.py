@@ -99,10 +99,12 @@ def main() -> int:
         while not stop.wait(HEARTBEAT_SECONDS):
             _heartbeat(run, node, "running", child_pid=child.pid)
 
-    threading.Thread(target=beat, daemon=True).start()
+    beater = threading.Thread(target=beat, name="aviflow-heartbeat", daemon=True)
+    beater.start()
     _heartbeat(run, node, "running", child_pid=child.pid)
     code = child.wait()
     stop.set()
+    beater.join()  # so that no "running" beat lands after (over) the "exited" one
     _heartbeat(run, node, "exited", exit_code=code)
     print(f"=== node {node.node_rank} exited with {code} ===", flush=True)
     return 0 if code == 0 else (code if code > 0 else 128 - code)
