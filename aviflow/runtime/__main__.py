@@ -79,7 +79,7 @@ def main() -> int:
     _heartbeat(run, node, "running", child_pid=child.pid)
     code = child.wait()
     stop.set()
-    beater.join()
+    beater.join()  # so that no "running" beat lands after (over) the "exited" one
     _heartbeat(run, node, "exited", exit_code=code)
     print(f"=== node {node.node_rank} exited with {code} ===", flush=True)
     return 0 if code == 0 else (code if code > 0 else 128 - code)

@@ -5,17 +5,35 @@ stdout and stderr to the rank's log in the run store. A Python script runs in th
 (as ``python F`` would run it) so that an exception is recorded, with its traceback, as a
 :class:`~aviflow.records.FailureInfo` in the run store before the rank exits non-zero.
 A command is exec'd in place.
+
+Once the script has returned (or raised), the rank ends the way a finished process must: it
+joins the script's non-daemon threads, runs its ``atexit`` handlers, destroys the
+``torch.distributed`` process group the script left up (after a clean finish only), lets
+the script's objects be collected, flushes its output and leaves with ``os._exit`` -- without
+finalizing the interpreter, as :mod:`multiprocessing`'s children do. Finalizing it is what
+made finished ranks abort: a gloo worker thread (``pt_gloo_runloop``) that frees the last
+work of the final backward drops the ``contextvars.Context`` that autograd stashed in the
+work's ``at::ThreadLocalState``; that decref takes the GIL, and a thread that waits for the
+GIL while ``Py_FinalizeEx`` starts is ended with ``pthread_exit``, whose unwinding through
+the work's ``noexcept`` destructor calls ``std::terminate`` ("terminate called without an
+active exception", SIGABRT). Destroying the process group does not stop those threads (a
+``DistributedDataParallel`` model keeps the group alive in C++), so not finalizing is the
+fix; the destroy ends the group's communicators cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import runpy
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from aviflow.records import FailureInfo
 from aviflow.runtime._output import redirect_output
@@ -96,5 +114,88 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit_status(code: object) -> int:
+    """The status ``sys.exit(code)`` gives the process (as the interpreter computes it)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _join_threads() -> None:
+    """Wait for the script's non-daemon threads, as the interpreter does before exiting."""
+    while True:
+        waiting = [
+            t
+            for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t.is_alive()
+        ]
+        if not waiting:
+            return
+        for t in waiting:
+            t.join()
+
+
+def _end_process_group() -> None:
+    """Destroy the default process group if the script left it initialized.
+
+    Only where the script imported ``torch.distributed``: the wrapper never imports torch.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    try:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as exc:  # the run finished; say so, but don't fail it here
+        print(f"aviflow: destroy_process_group() failed at exit: {exc!r}", file=sys.stderr)
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:  # C stdio buffers (a library's printf to a redirected stdout)
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def finish(status: int) -> NoReturn:
+    """End this rank with ``status`` without finalizing the interpreter (see the module doc).
+
+    What a normal exit would do for the script happens first, with the interpreter intact:
+    its threads are joined and its ``atexit`` handlers run; then, after a clean finish, the
+    process group is destroyed; garbage is collected (the script's objects, its open files
+    among them, are finalized); output is flushed.
+    """
+    try:
+        _join_threads()
+        atexit._run_exitfuncs()
+        if status == 0:
+            _end_process_group()
+        gc.collect()
+    except BaseException:  # a ^C or a failing handler must not turn into a hang or a 0
+        traceback.print_exc()
+        status = status or 1
+    _flush_output()
+    os._exit(status)
+
+
+def entrypoint(argv: list[str] | None = None) -> NoReturn:
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    finish(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entrypoint()
