@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 _DURATION_PART = re.compile(r"(\d+)(d|h|m|s)")
-_DURATION = re.compile(r"^(\d+(d|h|m|s))+$")
+DURATION = re.compile(r"^(\d+(d|h|m|s))+$")
 _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 _QUANTITY = re.compile(r"^(\d+(\.\d+)?)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
@@ -27,7 +27,7 @@ _FACTOR = {
 
 def parse_duration(text: str) -> int:
     """Seconds in a duration such as ``90s``, ``30m``, ``4h``, ``1h30m`` or ``2d``."""
-    if not isinstance(text, str) or not _DURATION.match(text):
+    if not isinstance(text, str) or not DURATION.fullmatch(text):
         raise ValueError(f"{text!r} is not a duration; use e.g. '90s', '30m', '4h' or '1h30m'")
     return sum(int(n) * _SECONDS[u] for n, u in _DURATION_PART.findall(text))
 

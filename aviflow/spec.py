@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aviflow._model import StrictModel, explain, storable_problems
 from aviflow._specdefs import GPUS_PER_HGX_NODE, MAX_NODES, MixedPrecision
+from aviflow._units import DURATION as _DURATION
 from aviflow._units import parse_duration, parse_quantity
 from aviflow.errors import SpecError
-from aviflow.names import LABEL_KEY_NAME, LABEL_VALUE, is_dns1123_label, slugify
+from aviflow.names import DNS1123_LABEL, LABEL_KEY_NAME, LABEL_VALUE, is_dns1123_label, slugify
 
 # libyaml's loader and dumper when PyYAML has them (same results, many times faster)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -93,12 +94,24 @@ class Metadata(StrictModel):
         return v
 
 
+def _schema(**extra: Any) -> dict[str, Any]:
+    """What a field's validators check, for the generated schemas (the CRD): JSON Schema
+    keywords and Kubernetes CEL rules (``x-kubernetes-validations``). The validators stay the
+    checks here; these let the API server refuse the same specs."""
+    return extra
+
+
+def _rule(rule: str, message: str) -> dict[str, str]:
+    return {"rule": rule, "message": message}
+
+
 class AccelerateSpec(StrictModel):
     mixed_precision: MixedPrecision = Field("no", alias="mixedPrecision")
     config_file: str | None = Field(
         None,
         alias="configFile",
         description="An `accelerate config` YAML (FSDP, DeepSpeed, ...); passed to `accelerate launch --config_file`.",
+        json_schema_extra=_schema(minLength=1, maxLength=4096),
     )
 
 
@@ -109,7 +122,10 @@ class CheckpointSpec(StrictModel):
 class ResumeFrom(StrictModel):
     """A checkpoint of another job to start from (``%%aviflow_train --resume``)."""
 
-    job: str = Field(description="Id of the job whose checkpoint to load, e.g. 'tiny-3f9a1c2b'.")
+    job: str = Field(
+        description="Id of the job whose checkpoint to load, e.g. 'tiny-3f9a1c2b'.",
+        json_schema_extra=_schema(maxLength=63, pattern=DNS1123_LABEL.pattern),
+    )
     step: int = Field(ge=0, description="The checkpoint's step.")
 
     @field_validator("job")
@@ -121,20 +137,131 @@ class ResumeFrom(StrictModel):
 
 
 class TrainJobSpec(StrictModel):
-    queue: str = "default"
-    nodes: int = 1
-    gpus_per_node: int = Field(1, alias="gpusPerNode")
-    cpu_per_node: int | str | None = Field(None, alias="cpuPerNode")
-    memory_per_node: str | None = Field(None, alias="memoryPerNode")
-    image: str | None = None
-    script: str | None = None
-    script_file: str | None = Field(None, alias="scriptFile")
-    command: list[str] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    model_config = ConfigDict(
+        **StrictModel.model_config,
+        json_schema_extra=_schema(
+            **{
+                "x-kubernetes-validations": [
+                    _rule(
+                        "[has(self.script), has(self.scriptFile), has(self.command)]"
+                        ".exists_one(x, x)",
+                        "give exactly one of script, scriptFile or command",
+                    ),
+                    _rule(
+                        "!has(self.scriptFile) || self.scriptFile.startsWith('/') || "
+                        "!self.scriptFile.split('/').exists(p, p == '..')",
+                        "scriptFile climbs out of the spec's directory with '..'",
+                    ),
+                ]
+            }
+        ),
+    )
+
+    queue: str = Field(
+        "default",
+        description="The team's queue (a Kueue LocalQueue on the cluster).",
+        json_schema_extra=_schema(maxLength=63, pattern=_QUEUE.pattern),
+    )
+    nodes: int = Field(
+        1,
+        description="HGX nodes (one pod each on the cluster, a process group locally).",
+        json_schema_extra=_schema(minimum=1, maximum=MAX_NODES),
+    )
+    gpus_per_node: int = Field(
+        1,
+        alias="gpusPerNode",
+        description="GPUs per node: processes per node.",
+        json_schema_extra=_schema(minimum=1, maximum=GPUS_PER_HGX_NODE),
+    )
+    cpu_per_node: int | str | None = Field(
+        None,
+        alias="cpuPerNode",
+        description="CPU cores per node, a Kubernetes quantity (e.g. 96 or '500m').",
+        json_schema_extra=_schema(
+            **{
+                "x-kubernetes-validations": [
+                    _rule(
+                        f"isQuantity(string(self)) && quantity(string(self)).isGreaterThan("
+                        f"quantity('0')) && quantity(string(self)).compareTo(quantity('{_CPU_MAX}')) <= 0",
+                        f"must be a quantity from 1m to {_CPU_MAX} cores",
+                    )
+                ]
+            }
+        ),
+    )
+    memory_per_node: str | None = Field(
+        None,
+        alias="memoryPerNode",
+        description="Memory per node, a Kubernetes quantity (e.g. '512Gi').",
+        json_schema_extra=_schema(
+            **{
+                "x-kubernetes-validations": [
+                    _rule(
+                        "isQuantity(self) && quantity(self).isGreaterThan(quantity('0')) && "
+                        "quantity(self).compareTo(quantity('64Ti')) <= 0",
+                        "must be a quantity up to 64Ti, e.g. '512Gi'",
+                    )
+                ]
+            }
+        ),
+    )
+    image: str | None = Field(
+        None,
+        description="The trainer image (default: the configured one).",
+        json_schema_extra=_schema(maxLength=255, pattern=_IMAGE.pattern),
+    )
+    script: str | None = Field(
+        None,
+        description="The training script, inline.",
+        json_schema_extra=_schema(minLength=1, maxLength=MAX_SCRIPT_BYTES),
+    )
+    script_file: str | None = Field(
+        None,
+        alias="scriptFile",
+        description="The training script's path, shipped with the job by the client.",
+        json_schema_extra=_schema(minLength=1, maxLength=4096),
+    )
+    command: list[str] | None = Field(
+        None,
+        description="A command to run on every rank instead of a script (argv).",
+        json_schema_extra=_schema(minItems=1, maxItems=4096),
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of every rank.",
+        json_schema_extra=_schema(
+            maxProperties=256,
+            **{
+                "x-kubernetes-validations": [
+                    _rule(
+                        f"self.all(k, k.matches('{_ENV_NAME.pattern}'))",
+                        "variable names are [A-Za-z_][A-Za-z0-9_]*",
+                    ),
+                    _rule(
+                        "self.all(k, !k.startsWith('AVIFLOW_') && !(k in "
+                        + repr(sorted(RESERVED_ENV)).replace('"', "'")
+                        + "))",
+                        "variables set by the Aviflow runtime cannot be overridden",
+                    ),
+                ]
+            },
+        ),
+    )
     accelerate: AccelerateSpec = Field(default_factory=AccelerateSpec)
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    max_restarts: int = Field(0, alias="maxRestarts", ge=0, le=100)
-    time_limit: str | None = Field(None, alias="timeLimit")
+    max_restarts: int = Field(
+        0,
+        alias="maxRestarts",
+        ge=0,
+        le=100,
+        description="Restarts of the whole group from the latest checkpoint after a failure.",
+    )
+    time_limit: str | None = Field(
+        None,
+        alias="timeLimit",
+        description="The most time the job may hold its GPUs, over all attempts, e.g. '4h'.",
+        json_schema_extra=_schema(pattern=_DURATION.pattern),
+    )
     resume_from: ResumeFrom | None = Field(
         None,
         alias="resumeFrom",
