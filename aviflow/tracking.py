@@ -139,9 +139,17 @@ def init_checkpoint() -> CheckpointRef | None:
 
 def checkpoint_path(ref: CheckpointRef) -> Path:
     """Where ``ref`` is as this process sees the run store."""
-    run = run_dir()
+    node = RuntimeEnv.current()
+    run = RunDir(node.run_dir)
     if ref.job_id == run.id:
         return run.checkpoint_dir(ref.step)
+    start = run.spec().spec.resume_from if run.spec_path.is_file() else None
+    if (
+        node.resume_dir is not None
+        and start is not None
+        and ref == CheckpointRef(start.job, start.step)
+    ):
+        return node.resume_dir  # mounted on its own (a pod sees only its job's directory)
     return RunStore(run.store_root).checkpoint_path(ref)
 
 

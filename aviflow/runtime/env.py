@@ -16,6 +16,8 @@ these names.
 ``AVIFLOW_LOG_TO_STORE``   ``0``: leave the node's output on stdout (a pod's log) instead
 ``AVIFLOW_DEVICE``         ``gpu`` / ``cpu``: override the GPU detection (a user setting)
 ``AVIFLOW_JOB_TAG``        the local backend's process tag (every process of a local job)
+``AVIFLOW_RESUME_DIR``     where ``spec.resumeFrom``'s checkpoint is mounted (read-only), when
+                           the run store is not mounted whole (a pod on the cluster)
 =========================  ===============================================================
 
 ``RANK`` (set per process by ``accelerate launch``) is read here too: :func:`process_rank`.
@@ -43,13 +45,14 @@ KEEP_LAST = "AVIFLOW_KEEP_LAST"
 LOG_TO_STORE = "AVIFLOW_LOG_TO_STORE"
 DEVICE = "AVIFLOW_DEVICE"
 JOB_TAG = "AVIFLOW_JOB_TAG"
+RESUME_DIR = "AVIFLOW_RESUME_DIR"
 PROCESS_RANK = "RANK"  # accelerate launch / torchrun, per process
 DEFAULT_MAIN_PORT = 29500
 DEFAULT_KEEP_LAST = 3
 # Where the training-side API writes outside a job (a script tried in a notebook first).
 OUTSIDE_JOB_DIR = Path(".aviflow") / "run"
 NAMES = (RUN_DIR, NODE_RANK, NUM_NODES, MAIN_ADDR, MAIN_PORT, ATTEMPT, KEEP_LAST, LOG_TO_STORE,
-         DEVICE, JOB_TAG)  # fmt: skip
+         DEVICE, JOB_TAG, RESUME_DIR)  # fmt: skip
 
 
 class RuntimeEnvError(ValueError):
@@ -70,6 +73,7 @@ class RuntimeEnv:
     log_to_store: bool = True
     device: str | None = None
     job_tag: str | None = None
+    resume_dir: Path | None = None
 
     def to_env(self, *, node_rank: bool = True) -> dict[str, str]:
         """The variables, as strings. ``node_rank=False`` leaves the node's index out (a pod
@@ -90,6 +94,8 @@ class RuntimeEnv:
             env[DEVICE] = self.device
         if self.job_tag is not None:
             env[JOB_TAG] = self.job_tag
+        if self.resume_dir is not None:
+            env[RESUME_DIR] = str(self.resume_dir)
         return env
 
     @classmethod
@@ -110,6 +116,7 @@ class RuntimeEnv:
             log_to_store=env.get(LOG_TO_STORE, "1") != "0",
             device=env.get(DEVICE) or None,
             job_tag=env.get(JOB_TAG) or None,
+            resume_dir=Path(env[RESUME_DIR]) if env.get(RESUME_DIR) else None,
         )
 
     @classmethod

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from typing import Any
 
 import pytest
@@ -93,18 +92,6 @@ def test_the_status_schema_has_the_job_status_keys() -> None:
     )
     assert set(status["properties"]) == set(full.to_dict())
     assert set(status["properties"]["failure"]["properties"]) == set(full.failure.to_dict())  # type: ignore[union-attr]
-
-
-@pytest.fixture(scope="session")
-def crd_installed(k8s_cluster: Any) -> Any:
-    k8s_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=committed())
-    k8s_cluster.kubectl("wait", "--for=condition=Established", f"crd/{NAME}", "--timeout=60s")
-    # the API server serves the new resource a moment after it is Established
-    deadline = time.monotonic() + 60
-    while k8s_cluster.kubectl("get", "trainjobs", "-A", check=False).returncode != 0:
-        assert time.monotonic() < deadline, "trainjobs are not served"
-        time.sleep(0.5)
-    return k8s_cluster
 
 
 def apply(cluster: Any, namespace: str, job: dict[str, Any]) -> Any:

@@ -1,0 +1,291 @@
+"""Pure builders: a TrainJob and its settings -> the Kubernetes objects it needs. No I/O.
+
+Per job (all in ``settings.namespace``, named after the job id):
+
+- the ``TrainJob`` custom resource itself (:func:`trainjob`), which owns everything below,
+  so deleting it deletes every object of the job;
+- a headless ``Service`` ``avf-<id>`` (:func:`service`): each pod's hostname is
+  ``<id>-a<N>-<index>`` under that subdomain, so rank 0 is ``<id>-a<N>-0.avf-<id>``;
+- per attempt, an Indexed ``Job`` ``<id>-a<N>`` (:func:`attempt_job`): one pod per HGX
+  node, suspended until Kueue admits it from the team's LocalQueue. Each attempt is one
+  Kueue Workload, so each admission is accounted on its own.
+
+The pods see only their own job's directory of the shared run store (``subPath``), and
+read-only the checkpoint ``spec.resumeFrom`` names. Their environment is a
+:class:`~aviflow.runtime.env.RuntimeEnv`; ``JOB_COMPLETION_INDEX`` gives the node's index.
+
+The rendezvous port is derived from the job id (``20000-29999``): pods of one job share it,
+and jobs whose pods share a network namespace (``hostNetwork``, common on HGX nodes for
+RDMA) do not collide.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Final
+
+from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.names import label_value
+from aviflow.runtime.env import RuntimeEnv
+from aviflow.spec import API_VERSION, KIND, TrainJob
+
+PREFIX: Final = "aviflow.dev"
+LABEL_JOB: Final = f"{PREFIX}/job"
+LABEL_ATTEMPT: Final = f"{PREFIX}/attempt"
+LABEL_USER: Final = f"{PREFIX}/user"
+LABEL_TEAM: Final = f"{PREFIX}/team"
+ANNOTATION_NAME: Final = f"{PREFIX}/name"
+ANNOTATION_USER: Final = f"{PREFIX}/user"
+ANNOTATION_CANCEL: Final = f"{PREFIX}/cancel"
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "aviflow"}
+QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
+TAS_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
+TAS_SLICE_REQUIRED: Final = "kueue.x-k8s.io/podset-slice-required-topology"
+TAS_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
+CONTAINER: Final = "trainer"
+RESUME_MOUNT: Final = "/aviflow/resume"
+PORT_BASE, PORT_SPAN = 20000, 10000
+# podFailurePolicy rule indexes: the Job's Failed condition names the rule that matched
+RULE_DISRUPTION, RULE_EXIT = 0, 1
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A submitted job as its children refer to it: id (the TrainJob's name), the TrainJob's
+    uid (owner references), its owner's run-store directory name and team."""
+
+    id: str
+    uid: str
+    user_dir: str
+    team: str | None = None
+
+
+def service_name(job_id: str) -> str:
+    return f"avf-{job_id}"
+
+
+def attempt_name(job_id: str, attempt: int) -> str:
+    return f"{job_id}-a{attempt}"
+
+
+def main_port(job_id: str) -> int:
+    return PORT_BASE + zlib.crc32(job_id.encode()) % PORT_SPAN
+
+
+def main_addr(job_id: str, attempt: int) -> str:
+    """Rank 0's address: the first pod's hostname under the job's headless Service."""
+    return f"{attempt_name(job_id, attempt)}-0.{service_name(job_id)}"
+
+
+def run_dir(settings: ClusterSettings, ref: JobRef) -> PurePosixPath:
+    """The job's directory as its pods mount it."""
+    return PurePosixPath(settings.runs.mount_path) / ref.user_dir / ref.id
+
+
+def labels(ref: JobRef, user: str | None = None) -> dict[str, str]:
+    out = {LABEL_JOB: ref.id, LABEL_USER: label_value(user or ref.user_dir)}
+    if ref.team:
+        out[LABEL_TEAM] = label_value(ref.team)
+    return out
+
+
+def owner_reference(ref: JobRef) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": ref.id,
+        "uid": ref.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def trainjob(job: TrainJob, ref: JobRef, user: str, settings: ClusterSettings) -> dict[str, Any]:
+    """The TrainJob custom resource for ``job`` as ``user`` submits it (``ref.uid`` unused)."""
+    body = job.to_dict()
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": ref.id,
+            "namespace": settings.namespace,
+            "labels": {**MANAGED_BY, **job.metadata.labels, **labels(ref, user)},
+            "annotations": {ANNOTATION_NAME: job.metadata.name, ANNOTATION_USER: user},
+        },
+        "spec": body["spec"],
+    }
+
+
+def service(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
+    """The headless Service that gives the job's pods their DNS names."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(ref.id),
+            "namespace": settings.namespace,
+            "labels": {**MANAGED_BY, **labels(ref)},
+            "ownerReferences": [owner_reference(ref)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: ref.id},
+            "ports": [{"name": "rendezvous", "port": main_port(ref.id), "protocol": "TCP"}],
+        },
+    }
+
+
+def attempt_job(
+    job: TrainJob,
+    ref: JobRef,
+    attempt: int,
+    settings: ClusterSettings,
+    *,
+    deadline_seconds: int | None = None,
+    resume_subpath: str | None = None,
+) -> dict[str, Any]:
+    """Attempt ``attempt``'s Indexed Job. ``deadline_seconds``: running time it has left
+    (``spec.timeLimit`` minus what earlier attempts used); ``resume_subpath``: the
+    ``spec.resumeFrom`` checkpoint's directory relative to the run store's root."""
+    spec = job.spec
+    name = attempt_name(ref.id, attempt)
+    node = RuntimeEnv(
+        run_dir=run_dir(settings, ref),  # type: ignore[arg-type]
+        num_nodes=spec.nodes,
+        main_addr=main_addr(ref.id, attempt),
+        main_port=main_port(ref.id),
+        attempt=attempt,
+        keep_last=spec.checkpoints.keep_last,
+        log_to_store=False,  # the node's output is the pod's log
+        resume_dir=RESUME_MOUNT if resume_subpath else None,  # type: ignore[arg-type]
+    )
+    pod_labels = {**labels(ref), LABEL_ATTEMPT: str(attempt)}
+    job_labels = {**MANAGED_BY, **pod_labels, QUEUE_LABEL: spec.queue}
+    if settings.priority_class:
+        job_labels[PRIORITY_LABEL] = settings.priority_class
+    mounts: list[dict[str, Any]] = [
+        {"name": "runs", "mountPath": str(node.run_dir), "subPath": f"{ref.user_dir}/{ref.id}"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+    if resume_subpath:
+        mounts.append(
+            {"name": "runs", "mountPath": RESUME_MOUNT, "subPath": resume_subpath, "readOnly": True}
+        )
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {
+            "rules": [
+                # order matters (RULE_*): a disruption (preemption, drain, node loss) first
+                {
+                    "action": "FailJob",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": [0]},
+                },
+            ]
+        },
+        "suspend": True,
+        "template": {
+            "metadata": {"labels": pod_labels, "annotations": _topology(settings, spec.nodes)},
+            "spec": {
+                "subdomain": service_name(ref.id),
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+                "nodeSelector": dict(settings.node_selector),
+                "tolerations": [dict(t) for t in settings.tolerations],
+                "containers": [
+                    {
+                        "name": CONTAINER,
+                        "image": spec.image or settings.image,
+                        "command": [settings.python, "-m", "aviflow.runtime"],
+                        "workingDir": str(node.run_dir),
+                        "env": [
+                            {"name": k, "value": v}
+                            for k, v in sorted(node.to_env(node_rank=False).items())
+                        ],
+                        "ports": [{"name": "rendezvous", "containerPort": node.main_port}],
+                        "resources": _resources(job, settings),
+                        "volumeMounts": mounts,
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "runs",
+                        "persistentVolumeClaim": {"claimName": settings.runs.claim_name},
+                    },
+                    {
+                        "name": "shm",
+                        "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size},
+                    },
+                ],
+            },
+        },
+    }
+    if deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = max(1, int(deadline_seconds))
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": job_labels,
+            "annotations": {ANNOTATION_NAME: job.metadata.name},
+            "ownerReferences": [owner_reference(ref)],
+        },
+        "spec": job_spec,
+    }
+
+
+def _resources(job: TrainJob, settings: ClusterSettings) -> dict[str, Any]:
+    spec = job.spec
+    amounts: dict[str, Any] = {settings.gpu_resource: str(spec.gpus_per_node)}
+    cpu = spec.cpu_per_node
+    if cpu is None and settings.cpu_per_gpu is not None:
+        cpu = _times(settings.cpu_per_gpu, spec.gpus_per_node)
+    if cpu is not None:
+        amounts["cpu"] = str(cpu)
+    memory = spec.memory_per_node
+    if memory is None and settings.memory_per_gpu is not None:
+        memory = _times(settings.memory_per_gpu, spec.gpus_per_node)
+    if memory is not None:
+        amounts["memory"] = str(memory)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _times(quantity: int | str, n: int) -> str:
+    """``quantity`` x ``n`` as a quantity (``'12'`` x 2 = ``'24'``, ``'64Gi'`` x 2 = ``'128Gi'``)."""
+    text = str(quantity)
+    digits = len(text) - len(text.lstrip("0123456789"))
+    if digits == 0:
+        raise ValueError(f"{quantity!r} is not a whole-number quantity")
+    return f"{int(text[:digits]) * n}{text[digits:]}"
+
+
+def _topology(settings: ClusterSettings, nodes: int) -> dict[str, str]:
+    """Kueue TAS: all pods in one block (a slice of every pod), preferably in one rack."""
+    out: dict[str, str] = {}
+    if settings.topology.preferred:
+        out[TAS_PREFERRED] = settings.topology.preferred
+    if settings.topology.required:
+        out[TAS_SLICE_REQUIRED] = settings.topology.required
+        out[TAS_SLICE_SIZE] = str(nodes)
+    return out
+
+
+def trainjob_path(namespace: str) -> str:
+    """The TrainJobs' collection URL in ``namespace``."""
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"

@@ -1,0 +1,186 @@
+"""The pure builders of a job's cluster objects: golden files, the properties the issue asks
+for, and a real API server (with Kueue's webhooks) accepting every rendered object.
+
+Regenerate the golden files after an intended change with
+``AVIFLOW_UPDATE_GOLDEN=1 pytest tests/k8s/test_manifests.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from aviflow.k8s import manifests as m
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.spec import TrainJob
+
+GOLDEN = Path(__file__).parent / "golden"
+UID = "6f1c2a7e-0000-4000-8000-000000000001"
+
+BIG = TrainJob.from_dict(
+    {
+        "metadata": {"name": "llama ft", "labels": {"project": "llm"}},
+        "spec": {
+            "queue": "vision",
+            "nodes": 2,
+            "gpusPerNode": 8,
+            "cpuPerNode": 96,
+            "memoryPerNode": "1536Gi",
+            "script": "print('hi')\n",
+            "env": {"HF_HOME": "/data/hf"},
+            "timeLimit": "4h",
+            "resumeFrom": {"job": "llama-0a1b2c3d", "step": 400},
+        },
+    }
+)
+SMALL = TrainJob.from_dict(
+    {"metadata": {"name": "tiny"}, "spec": {"command": ["python", "-c", "print(1)"]}}
+)
+BIG_REF = m.JobRef("llama-ft---1e2d3c4b-5a6b7c8d", UID, "ada", team="vision")
+SMALL_REF = m.JobRef("tiny-0badcafe", UID, "bob")
+SETTINGS = ClusterSettings.from_dict(
+    {
+        "namespace": "ml-jobs",
+        "image": "registry.example.com/aviflow/trainer:1.0",
+        "priorityClass": "batch",
+    }
+)
+DEFAULTS = ClusterSettings.from_dict(
+    {"cpuPerGpu": 12, "memoryPerGpu": "96Gi", "topology": {"required": None}}
+)
+
+
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {
+        "big.yaml": [
+            m.trainjob(BIG, BIG_REF, "ada@example.com", SETTINGS),
+            m.service(BIG_REF, SETTINGS),
+            m.attempt_job(
+                BIG,
+                BIG_REF,
+                3,
+                SETTINGS,
+                deadline_seconds=5400,
+                resume_subpath="ada/llama-0a1b2c3d/checkpoints/step-000000400",
+            ),
+        ],
+        "small.yaml": [
+            m.trainjob(SMALL, SMALL_REF, "bob", DEFAULTS),
+            m.service(SMALL_REF, DEFAULTS),
+            m.attempt_job(SMALL, SMALL_REF, 1, DEFAULTS),
+        ],
+    }
+
+
+@pytest.mark.parametrize("name", ["big.yaml", "small.yaml"])
+def test_rendered_objects_match_the_golden_files(name: str) -> None:
+    text = yaml.safe_dump_all(rendered()[name], sort_keys=True)
+    path = GOLDEN / name
+    if os.environ.get("AVIFLOW_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"rerun with AVIFLOW_UPDATE_GOLDEN=1 if intended ({path})"
+
+
+def test_the_attempt_job_is_one_gang_of_gpu_pods_with_its_own_store_directory() -> None:
+    job = m.attempt_job(
+        BIG, BIG_REF, 3, SETTINGS, deadline_seconds=5400, resume_subpath="ada/x/checkpoints/s"
+    )
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    (trainer,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert (spec["backoffLimit"], spec["suspend"], spec["activeDeadlineSeconds"]) == (0, True, 5400)
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert trainer["resources"]["limits"] == {
+        "nvidia.com/gpu": "8",
+        "cpu": "96",
+        "memory": "1536Gi",
+    }
+    assert job["metadata"]["labels"][m.QUEUE_LABEL] == "vision"
+    assert job["metadata"]["labels"][m.PRIORITY_LABEL] == "batch"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert pod["subdomain"] == "avf-" + BIG_REF.id
+    assert env["AVIFLOW_MAIN_ADDR"] == f"{BIG_REF.id}-a3-0.avf-{BIG_REF.id}"
+    assert env["AVIFLOW_RUN_DIR"] == f"/aviflow/runs/ada/{BIG_REF.id}"
+    assert (env["AVIFLOW_ATTEMPT"], env["AVIFLOW_NUM_NODES"], env["AVIFLOW_LOG_TO_STORE"]) == (
+        "3",
+        "2",
+        "0",
+    )
+    assert "AVIFLOW_NODE_RANK" not in env  # JOB_COMPLETION_INDEX gives it
+    mounts = {v["mountPath"]: v for v in trainer["volumeMounts"]}
+    assert mounts[f"/aviflow/runs/ada/{BIG_REF.id}"]["subPath"] == f"ada/{BIG_REF.id}"
+    assert mounts["/aviflow/resume"] == {
+        "name": "runs",
+        "mountPath": "/aviflow/resume",
+        "subPath": "ada/x/checkpoints/s",
+        "readOnly": True,
+    }
+    assert env["AVIFLOW_RESUME_DIR"] == "/aviflow/resume"
+    assert {v["name"]: v for v in pod["volumes"]}["shm"]["emptyDir"] == {
+        "medium": "Memory",
+        "sizeLimit": "64Gi",
+    }
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        m.TAS_PREFERRED: "topology.aviflow.dev/rack",
+        m.TAS_SLICE_REQUIRED: "topology.aviflow.dev/block",
+        m.TAS_SLICE_SIZE: "2",
+    }
+
+
+def test_requests_default_per_gpu_from_the_settings() -> None:
+    job = m.attempt_job(SMALL, SMALL_REF, 1, DEFAULTS)
+    (trainer,) = job["spec"]["template"]["spec"]["containers"]
+    assert trainer["resources"]["requests"] == {
+        "nvidia.com/gpu": "1",
+        "cpu": "12",
+        "memory": "96Gi",
+    }
+    assert "activeDeadlineSeconds" not in job["spec"]
+
+
+def test_the_port_is_stable_per_job_and_in_range() -> None:
+    ports = {m.main_port(f"job-{i:04d}") for i in range(200)}
+    assert all(m.PORT_BASE <= p < m.PORT_BASE + m.PORT_SPAN for p in ports)
+    assert len(ports) > 190 and m.main_port("a") == m.main_port("a")
+
+
+def test_bad_settings_are_refused_with_the_key() -> None:
+    from aviflow.errors import BackendError
+
+    with pytest.raises(BackendError, match="namspace: unknown key; did you mean 'namespace'"):
+        ClusterSettings.from_dict({"namspace": "x"})
+    with pytest.raises(BackendError, match="'Bad_NS' is not a namespace name"):
+        ClusterSettings.from_dict({"namespace": "Bad_NS"})
+    with pytest.raises(BackendError, match="must be an absolute path"):
+        ClusterSettings.from_dict({"runs": {"mountPath": "runs"}})
+
+
+@pytest.mark.cluster
+def test_every_rendered_object_is_accepted_by_the_api_server(
+    crd_installed: Any, k8s_namespace: str
+) -> None:
+    cluster = crd_installed
+    for name, objects in rendered().items():
+        for obj in objects:
+            obj = json.loads(json.dumps(obj))
+            obj["metadata"]["namespace"] = k8s_namespace
+            done = cluster.kubectl(
+                "create", "--dry-run=server", "-o", "json", "-f", "-",
+                input=json.dumps(obj), check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, f"{name} {obj['kind']}: {done.stderr}"
+            stored = json.loads(done.stdout)
+            assert stored["metadata"]["name"] == obj["metadata"]["name"]
+            if obj["kind"] == "Job":  # Kueue's webhook saw it and kept it suspended
+                assert stored["spec"]["suspend"] is True
+                assert stored["metadata"]["labels"][m.QUEUE_LABEL] == obj["spec"]["template"][
+                    "metadata"
+                ]["labels"].get(m.QUEUE_LABEL, obj["metadata"]["labels"][m.QUEUE_LABEL])
