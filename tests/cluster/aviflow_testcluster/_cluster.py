@@ -207,7 +207,7 @@ class Cluster:
 
     def read_logs(self, namespace: str, pod: str, container: str | None = None) -> str:
         """A pod container's log (same bytes ``kubectl logs`` serves), from the agent's files."""
-        from ._agent import container_log_path
+        from ._agent_common import container_log_path
 
         return container_log_path(self.pods_dir, namespace, pod, container).read_text(
             errors="replace"

@@ -1,0 +1,44 @@
+"""What the node agent's modules share: constants, timestamps, the pod sandbox layout.
+
+A pod's sandbox is ``<state-dir>/pods/<namespace>/<pod>/`` (``logs/<container>.log``,
+``hosts``, ``volumes/``); ``container_log_path`` is also how ``Cluster.read_logs`` and the
+log server find a container's output.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+log = logging.getLogger("aviflow.node-agent")
+
+K8S_VERSION = "v1.35.4"
+LEASE_SECONDS = 40
+WATCH_SECONDS = 60
+SETUP_RETRY_SECONDS = 1.0
+RUNTIME = "aviflow-process://1"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def pod_dir(pods_dir: Path, namespace: str, pod: str) -> Path:
+    return pods_dir / namespace / pod
+
+
+def container_log_path(
+    pods_dir: Path, namespace: str, pod: str, container: str | None = None
+) -> Path:
+    logs = pod_dir(pods_dir, namespace, pod) / "logs"
+    if container is None:
+        names = sorted(p.stem for p in logs.glob("*.log"))
+        if len(names) != 1:
+            raise ValueError(f"pod {namespace}/{pod} has containers {names}; name one")
+        container = names[0]
+    return logs / f"{container}.log"
