@@ -14,6 +14,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = dt.timedelta(days=30)
 
+#: CN of the API server's aggregation-layer client cert (``--requestheader-allowed-names``).
+FRONT_PROXY_CLIENT_CN = "front-proxy-client"
+
 
 def _key_pem(key) -> bytes:
     return key.private_bytes(
@@ -115,7 +118,12 @@ def generate(pki: Path) -> None:
     (``O=system:masters``), ``sa.{key,pub}`` (service-account tokens),
     ``kubelet.{crt,key}`` (the node agent's log endpoint), and
     ``webhook/tls.{crt,key}`` + ``webhook/ca.crt`` for Kueue's webhook server on
-    127.0.0.1 (also used as Kueue's metrics certificate).
+    127.0.0.1 (also used as Kueue's metrics certificate). For the aggregation layer:
+    ``front-proxy-ca.{crt,key}`` (the ``--requestheader-client-ca-file``, a CA of its
+    own as Kubernetes recommends), ``front-proxy-client.{crt,key}`` (the API server's
+    ``--proxy-client-*`` identity, CN ``front-proxy-client``), and
+    ``visibility/tls.{crt,key}`` for Kueue's visibility server (SAN
+    ``visibility-server.kueue-system.svc``, the name the aggregator verifies).
     """
     pki.mkdir(parents=True, exist_ok=True)
     ca = _new_ca("aviflow-test-cluster-ca")
@@ -170,3 +178,22 @@ def generate(pki: Path) -> None:
     _write(wh / "tls.crt", crt, 0o644)
     _write(wh / "tls.key", key)
     _write(wh / "ca.crt", ca.pem, 0o644)
+
+    fp = _new_ca("aviflow-test-front-proxy-ca")
+    _write(pki / "front-proxy-ca.crt", fp.pem, 0o644)
+    _write(pki / "front-proxy-ca.key", _key_pem(fp.key))
+    crt, key = _issue(fp, FRONT_PROXY_CLIENT_CN, client=True)
+    _write(pki / "front-proxy-client.crt", crt, 0o644)
+    _write(pki / "front-proxy-client.key", key)
+
+    vis = pki / "visibility"
+    vis.mkdir(exist_ok=True)
+    crt, key = _issue(
+        ca,
+        "visibility-server.kueue-system.svc",
+        dns=("visibility-server.kueue-system.svc", "localhost"),
+        ips=("127.0.0.1",),
+        server=True,
+    )
+    _write(vis / "tls.crt", crt, 0o644)
+    _write(vis / "tls.key", key)

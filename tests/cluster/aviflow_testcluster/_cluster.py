@@ -56,6 +56,10 @@ K8S_CONTROLLERS = (
 
 DEFAULT_KUEUE_FRAMEWORKS = ("batch/job",)
 
+# Where Kueue v0.17.0 reads its metrics and visibility-server certificates (fixed
+# paths in cmd/kueue/main.go and pkg/visibility/server.go); bind-mounted per cluster.
+KUEUE_CERT_MOUNT_POINTS = (Path("/etc/kueue/metrics/certs"), Path("/visibility"))
+
 # Order matters: stop() goes through it backwards.
 COMPONENTS = (
     "etcd",
@@ -145,6 +149,7 @@ class Cluster:
     pids: dict[str, int] = field(default_factory=dict)
     ip_block: int = 0
     nodes: list[dict] = field(default_factory=list)
+    api_services: list[str] = field(default_factory=list)
     _popen: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     # ----------------------------------------------------------------- paths
@@ -278,6 +283,7 @@ class Cluster:
                 "scheduler",
                 "kueue-webhook",
                 "kueue-health",
+                "kueue-visibility",
                 "kubelet",
             )
         }
@@ -372,6 +378,16 @@ class Cluster:
                 "--kubelet-preferred-address-types=InternalIP",
                 "--profiling=false",
                 f"--cert-dir={d / 'apiserver-certs'}",
+                # Aggregation layer (Kueue's visibility API): the API server proxies with
+                # this client cert and these headers; the backend trusts them via the
+                # extension-apiserver-authentication ConfigMap the API server publishes.
+                f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+                f"--requestheader-allowed-names={_certs.FRONT_PROXY_CLIENT_CN}",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-username-headers=X-Remote-User",
+                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             ],
         )
         self._wait_https("kube-apiserver", f"{self.server}/readyz", timeout, ca=pki / "ca.crt")
@@ -474,6 +490,8 @@ class Cluster:
             core = client.CoreV1Api(api)
             ext = client.ApiextensionsV1Api(api)
             adm = client.AdmissionregistrationV1Api(api)
+            reg = client.ApiregistrationV1Api(api)
+            rbac = client.RbacAuthorizationV1Api(api)
             core.create_namespace({"metadata": {"name": _kueue.NAMESPACE}})
             names = []
             for crd in _kueue.crds(src, port, ca):
@@ -497,21 +515,37 @@ class Cluster:
                     adm.create_mutating_webhook_configuration(cfg)
                 else:
                     adm.create_validating_webhook_configuration(cfg)
+            self.api_services = []
+            for obj in _kueue.visibility_objects(src, self.ports["kueue-visibility"], ca):
+                kind, ns = obj["kind"], obj["metadata"].get("namespace")
+                if kind == "APIService":
+                    reg.create_api_service(obj)
+                    self.api_services.append(obj["metadata"]["name"])
+                elif kind == "Service":
+                    core.create_namespaced_service(ns, obj)
+                elif kind == "RoleBinding":
+                    rbac.create_namespaced_role_binding(ns, obj)
+                else:
+                    raise ClusterError(f"unexpected {kind} in Kueue's visibility component")
         cfg_path = d / "kueue.yaml"
         cfg_path.write_text(
             yaml.safe_dump(
                 _kueue.configuration(
                     webhook_port=port,
                     health_port=self.ports["kueue-health"],
+                    visibility_port=self.ports["kueue-visibility"],
                     cert_dir=pki / "webhook",
                     frameworks=frameworks,
                 )
             )
         )
         # Kueue (internal cert management off) loads its metrics certificate from the
-        # fixed path /etc/kueue/metrics/certs; give it ours in a private mount namespace.
-        metrics_certs = Path("/etc/kueue/metrics/certs")
-        metrics_certs.mkdir(parents=True, exist_ok=True)
+        # fixed path /etc/kueue/metrics/certs and its visibility server's from
+        # /visibility/tls.{crt,key} (pkg/visibility/server.go); give it ours in a
+        # private mount namespace. The host directories are only mount points.
+        for mount_point in KUEUE_CERT_MOUNT_POINTS:
+            mount_point.mkdir(parents=True, exist_ok=True)
+        metrics_certs, visibility_certs = KUEUE_CERT_MOUNT_POINTS
         self._spawn(
             "kueue",
             [
@@ -522,17 +556,24 @@ class Cluster:
                 "--",
                 "sh",
                 "-c",
-                'mount --bind "$0" /etc/kueue/metrics/certs && exec "$@"',
+                f'mount --bind "$0" {metrics_certs} && mount --bind "$1" {visibility_certs}'
+                ' && shift && exec "$@"',
                 str(pki / "webhook"),
+                str(pki / "visibility"),
                 str(self.bin_dir / "kueue"),
                 f"--config={cfg_path}",
-                "--feature-gates=VisibilityOnDemand=false",
+                # The visibility server takes its kubeconfig from this flag only
+                # (pkg/visibility/server.go); empty, k8s.io/apiserver's options fall
+                # back to the in-cluster config and Kueue exits.
+                f"--kubeconfig={self.kubeconfig}",
+                "--feature-gates=VisibilityOnDemand=true",
                 "--zap-log-level=info",
             ],
         )
 
     def _wait_ready(self, timeout: float) -> None:
-        """Nodes Ready, default SA present, Kueue's webhooks answering a dry-run."""
+        """Nodes Ready, default SA present, Kueue's webhooks answering a dry-run,
+        Kueue's visibility APIServices Available."""
         from kubernetes import client
 
         deadline = time.monotonic() + timeout
@@ -579,6 +620,25 @@ class Cluster:
                     return False
 
             _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
+
+            reg = client.ApiregistrationV1Api(api)
+
+            def api_services_available() -> bool:
+                self._check_all()
+                for name in self.api_services:
+                    st = reg.read_api_service_status(name).status
+                    if not any(
+                        c.type == "Available" and c.status == "True"
+                        for c in (st.conditions or [] if st else [])
+                    ):
+                        return False
+                return True
+
+            _wait(
+                api_services_available,
+                deadline - time.monotonic(),
+                "Kueue visibility APIServices Available",
+            )
 
     def _check_all(self) -> None:
         for name in self._popen:

@@ -6,6 +6,16 @@ process, so every ``clientConfig.service`` becomes ``clientConfig.url:
 https://127.0.0.1:<port><path>`` with our CA bundle (the webhook certificate has
 an IP SAN for 127.0.0.1). Everything else (names, rules, failure policies, the
 namespace selectors from Kueue's kustomization) is kept as upstream ships it.
+
+Kueue's visibility API (``visibility.kueue.x-k8s.io``) is an aggregated API: the
+API server proxies it to Kueue's visibility server through an APIService that
+names the Service ``visibility-server.kueue-system``. There is no ClusterIP
+routing here, so that Service becomes ``type: ExternalName`` with
+``externalName: localhost``: the aggregator's default (ClusterIP) service
+resolver turns an ExternalName Service into ``https://<externalName>:<APIService
+port>`` (``k8s.io/apiserver pkg/util/proxy/proxy.go`` ``ResolveCluster``), and its
+availability check skips the endpoint lookup for it. The APIService carries the
+cluster's port and our CA bundle instead of ``insecureSkipTLSVerify``.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import yaml
 
 NAMESPACE = "kueue-system"
 WEBHOOK_PREFIX = "kueue-"
+VISIBILITY_SERVICE_HOST = "localhost"
 
 
 def _docs(path: Path) -> list[dict]:
@@ -76,8 +87,40 @@ def webhook_configurations(src: Path, port: int, ca_pem: bytes) -> list[dict]:
     return configs
 
 
+def visibility_objects(src: Path, port: int, ca_pem: bytes) -> list[dict]:
+    """Kueue's visibility component (APIServices, Service, RoleBinding) for loopback.
+
+    Read from ``config/components/visibility`` as its kustomization lists it; the
+    RoleBinding's subject gets the ``kueue-`` prefix its transformer adds.
+    """
+    base = src / "config/components/visibility"
+    kust = yaml.safe_load((base / "kustomization.yaml").read_text())
+    out = []
+    for res in kust["resources"]:
+        for doc in _docs(base / res):
+            kind = doc["kind"]
+            if kind == "APIService":
+                spec = doc["spec"]
+                spec.pop("insecureSkipTLSVerify", None)
+                spec["caBundle"] = base64.b64encode(ca_pem).decode()
+                spec["service"] = {**spec["service"], "port": port}
+            elif kind == "Service":
+                doc["spec"] = {"type": "ExternalName", "externalName": VISIBILITY_SERVICE_HOST}
+            elif kind == "RoleBinding":
+                for subj in doc.get("subjects", []):
+                    subj["name"] = WEBHOOK_PREFIX + subj["name"]
+                    subj["namespace"] = WEBHOOK_PREFIX + subj["namespace"]
+            out.append(doc)
+    return out
+
+
 def configuration(
-    *, webhook_port: int, health_port: int, cert_dir: Path, frameworks: list[str]
+    *,
+    webhook_port: int,
+    health_port: int,
+    visibility_port: int,
+    cert_dir: Path,
+    frameworks: list[str],
 ) -> dict:
     """Kueue's Configuration for an out-of-cluster run on loopback."""
     return {
@@ -87,6 +130,7 @@ def configuration(
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "metrics": {"bindAddress": "0"},
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 100, "burst": 200},
