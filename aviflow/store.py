@@ -651,8 +651,10 @@ class RunStore:
         backend: str = "",
         code_hash: str = "",
         origin: dict[str, Any] | None = None,
+        job_id: str | None = None,
     ) -> RunDir:
-        """Write a new job directory whole, then move it into place under a fresh unique id.
+        """Write a new job directory whole, then move it into place under a fresh unique id
+        (or ``job_id``, which must be free: a TrainJob created on the cluster by name).
 
         ``files`` maps paths relative to the job directory to their content. The directory
         only appears under the root when complete; a failure leaves nothing behind.
@@ -673,7 +675,7 @@ class RunStore:
             (staging / "job.yaml").write_text(job.to_yaml())
             for sub in ("logs", "failures", "heartbeats", "checkpoints"):
                 (staging / sub).mkdir()
-            job_id = self._reserve_id(job.slug, home.name)
+            job_id = self._reserve_id(job.slug, home.name, job_id)
             meta = JobMeta(
                 id=job_id,
                 name=job.metadata.name,
@@ -697,14 +699,25 @@ class RunStore:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _reserve_id(self, slug: str, user_dir: str) -> str:
+    def _reserve_id(self, slug: str, user_dir: str, wanted: str | None = None) -> str:
         while True:
-            job_id = f"{slug}-{secrets.token_hex(4)}"
+            job_id = wanted or f"{slug}-{secrets.token_hex(4)}"
             try:
                 os.symlink(f"../{user_dir}/{job_id}", self.index_dir / job_id)
                 return job_id
             except FileExistsError:
+                if wanted is not None:
+                    raise FileExistsError(f"job id {wanted!r} is taken in {self.root}") from None
                 continue
+
+    def remove(self, job_id: str) -> None:
+        """Delete a job's directory and index entry (a submission that did not go through);
+        its line in the index log is skipped by readers since the job cannot be located."""
+        path = self.locate(job_id)
+        (self.index_dir / job_id).unlink(missing_ok=True)
+        self._found.pop(job_id, None)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _is_home(entry: os.DirEntry[str]) -> bool:

@@ -1,7 +1,7 @@
 """Job backends: one documented interface (:class:`Backend`), chosen by entry-point name.
 
-``local`` (process groups on this machine) and ``hub`` (a client of the hub's aviflow-api)
-ship in the package; others register under the ``aviflow.backends`` entry-point group.
+``local`` (process groups on this machine), ``hub`` (a client of the hub's aviflow-api) and
+``kubernetes`` (TrainJobs on a cluster with Kueue) ship in the package; others register under the ``aviflow.backends`` entry-point group.
 A backend is built from one configuration section with ``from_config``.
 """
 
@@ -21,6 +21,7 @@ BACKEND_ENV = "AVIFLOW_BACKEND"
 _BUILTIN = {
     "local": "aviflow.backends.local:LocalBackend",
     "hub": "aviflow.backends.hub:HubBackend",
+    "kubernetes": "aviflow.backends.kubernetes:KubernetesBackend",
 }
 
 

@@ -14,9 +14,9 @@ The pods see only their own job's directory of the shared run store (``subPath``
 read-only the checkpoint ``spec.resumeFrom`` names. Their environment is a
 :class:`~aviflow.runtime.env.RuntimeEnv`; ``JOB_COMPLETION_INDEX`` gives the node's index.
 
-The rendezvous port is derived from the job id (``20000-29999``): pods of one job share it,
-and jobs whose pods share a network namespace (``hostNetwork``, common on HGX nodes for
-RDMA) do not collide.
+The rendezvous port is derived from the job id and attempt (``20000-29999``): the pods of an
+attempt share it, and jobs whose pods share a network namespace (``hostNetwork``, common on
+HGX nodes for RDMA) do not collide.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "aviflow"}
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
 TAS_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
-TAS_SLICE_REQUIRED: Final = "kueue.x-k8s.io/podset-slice-required-topology"
-TAS_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
+TAS_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
 CONTAINER: Final = "trainer"
 RESUME_MOUNT: Final = "/aviflow/resume"
 PORT_BASE, PORT_SPAN = 20000, 10000
@@ -72,8 +71,10 @@ def attempt_name(job_id: str, attempt: int) -> str:
     return f"{job_id}-a{attempt}"
 
 
-def main_port(job_id: str) -> int:
-    return PORT_BASE + zlib.crc32(job_id.encode()) % PORT_SPAN
+def main_port(job_id: str, attempt: int) -> int:
+    """Rank 0's rendezvous port: per attempt, so an attempt never waits for the previous
+    one's port to be freed where pods share a network namespace."""
+    return PORT_BASE + zlib.crc32(f"{job_id}/{attempt}".encode()) % PORT_SPAN
 
 
 def main_addr(job_id: str, attempt: int) -> str:
@@ -135,7 +136,6 @@ def service(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {LABEL_JOB: ref.id},
-            "ports": [{"name": "rendezvous", "port": main_port(ref.id), "protocol": "TCP"}],
         },
     }
 
@@ -158,7 +158,7 @@ def attempt_job(
         run_dir=run_dir(settings, ref),  # type: ignore[arg-type]
         num_nodes=spec.nodes,
         main_addr=main_addr(ref.id, attempt),
-        main_port=main_port(ref.id),
+        main_port=main_port(ref.id, attempt),
         attempt=attempt,
         keep_last=spec.checkpoints.keep_last,
         log_to_store=False,  # the node's output is the pod's log
@@ -197,7 +197,7 @@ def attempt_job(
         },
         "suspend": True,
         "template": {
-            "metadata": {"labels": pod_labels, "annotations": _topology(settings, spec.nodes)},
+            "metadata": {"labels": pod_labels, "annotations": _topology(settings)},
             "spec": {
                 "subdomain": service_name(ref.id),
                 "restartPolicy": "Never",
@@ -275,15 +275,13 @@ def _times(quantity: int | str, n: int) -> str:
     return f"{int(text[:digits]) * n}{text[digits:]}"
 
 
-def _topology(settings: ClusterSettings, nodes: int) -> dict[str, str]:
-    """Kueue TAS: all pods in one block (a slice of every pod), preferably in one rack."""
-    out: dict[str, str] = {}
-    if settings.topology.preferred:
-        out[TAS_PREFERRED] = settings.topology.preferred
+def _topology(settings: ClusterSettings) -> dict[str, str]:
+    """Kueue TAS: every pod in one block (required), or preferably in one domain."""
     if settings.topology.required:
-        out[TAS_SLICE_REQUIRED] = settings.topology.required
-        out[TAS_SLICE_SIZE] = str(nodes)
-    return out
+        return {TAS_REQUIRED: settings.topology.required}
+    if settings.topology.preferred:
+        return {TAS_PREFERRED: settings.topology.preferred}
+    return {}
 
 
 def trainjob_path(namespace: str) -> str:

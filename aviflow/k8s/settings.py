@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aviflow._model import StrictModel, explain, storable_problems
 from aviflow.errors import BackendError
@@ -59,11 +59,14 @@ class RunStoreVolume(StrictModel):
 
 
 class Topology(StrictModel):
-    """Kueue Topology-Aware Scheduling: the node label a job's pods prefer to share (a rack)
-    and the one they must share (a block). None turns a constraint off."""
+    """Kueue Topology-Aware Scheduling: the node label whose domain (a block) must hold all
+    of a job's pods, or, instead, the one they should share when they can (``preferred``).
+    Kueue refuses both on one pod set; within a required block its best-fit placement
+    already packs the pods into as few racks as it can (one when they fit). Both None:
+    no topology constraint."""
 
-    preferred: str | None = "topology.aviflow.dev/rack"
     required: str | None = "topology.aviflow.dev/block"
+    preferred: str | None = None
 
     @field_validator("preferred", "required")
     @classmethod
@@ -72,6 +75,15 @@ class Topology(StrictModel):
             raise ValueError(f"{v!r} is not a node label key")
         return v
 
+    @model_validator(mode="after")
+    def _one(self) -> Topology:
+        if self.required and self.preferred:
+            raise ValueError(
+                "give topology.required or topology.preferred, not both (Kueue allows one "
+                "per pod set)"
+            )
+        return self
+
 
 class ClusterSettings(StrictModel):
     """How TrainJobs become pods; see the module docstring."""
@@ -79,7 +91,7 @@ class ClusterSettings(StrictModel):
     namespace: str = "aviflow"
     image: str = "aviflow/trainer:latest"
     python: str = Field("python", description="The trainer image's Python.")
-    runs: RunStoreVolume = Field(default_factory=RunStoreVolume)  # type: ignore[arg-type]
+    runs: RunStoreVolume = Field(default_factory=RunStoreVolume)
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {"aviflow.dev/node-pool": "hgx"}, alias="nodeSelector"
     )
@@ -92,7 +104,7 @@ class ClusterSettings(StrictModel):
         None, alias="memoryPerGpu", description="Memory request per GPU when a spec gives none."
     )
     shm_size: str = Field("64Gi", alias="shmSize", description="Size of /dev/shm (in memory).")
-    topology: Topology = Field(default_factory=Topology)  # type: ignore[arg-type]
+    topology: Topology = Field(default_factory=Topology)
     termination_grace_seconds: int = Field(30, alias="terminationGraceSeconds", ge=0, le=3600)
     priority_class: str | None = Field(
         None, alias="priorityClass", description="A Kueue WorkloadPriorityClass for every job."

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aviflow.k8s.crd import NAME, committed
+from aviflow_testcluster import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +24,230 @@ def crd_installed(k8s_cluster: Any) -> Any:
         assert time.monotonic() < deadline, "trainjobs are not served"
         time.sleep(0.5)
     return k8s_cluster
+
+
+# -- the HGX pool as Kueue sees it, and the Aviflow controller -----------------------------------
+KUEUE = "kueue.x-k8s.io/v1beta2"
+GPU = "nvidia.com/gpu"
+TOPOLOGY_LEVELS = [
+    "topology.aviflow.dev/block",
+    "topology.aviflow.dev/rack",
+    "kubernetes.io/hostname",
+]
+
+
+def pool_objects(
+    prefix: str, namespace: str, teams: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A Topology and ResourceFlavor over the fake HGX nodes, then per team a ClusterQueue
+    (``gpus`` nominal; ``cohort``, ``borrow``, ``lend`` optional) and a LocalQueue named
+    after the team in ``namespace``."""
+    flavor = f"{prefix}-hgx"
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": KUEUE,
+            "kind": "Topology",
+            "metadata": {"name": f"{prefix}-topology"},
+            "spec": {"levels": [{"nodeLabel": label} for label in TOPOLOGY_LEVELS]},
+        },
+        {
+            "apiVersion": KUEUE,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {
+                "nodeLabels": {"aviflow.dev/node-pool": "hgx"},
+                "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+                "topologyName": f"{prefix}-topology",
+            },
+        },
+    ]
+    for team, q in teams.items():
+        gpu: dict[str, Any] = {"name": GPU, "nominalQuota": str(q["gpus"])}
+        if "borrow" in q:
+            gpu["borrowingLimit"] = str(q["borrow"])
+        if "lend" in q:
+            gpu["lendingLimit"] = str(q["lend"])
+        cq: dict[str, Any] = {
+            "apiVersion": KUEUE,
+            "kind": "ClusterQueue",
+            "metadata": {"name": f"{prefix}-{team}"},
+            "spec": {
+                "namespaceSelector": {},
+                "queueingStrategy": "BestEffortFIFO",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", GPU],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "1000"},
+                                    {"name": "memory", "nominalQuota": "16Ti"},
+                                    gpu,
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+        if "cohort" in q:
+            cq["spec"]["cohortName"] = q["cohort"]
+            cq["spec"]["preemption"] = {
+                "reclaimWithinCohort": "Any",
+                "withinClusterQueue": "LowerPriority",
+            }
+        objects.append(cq)
+        objects.append(
+            {
+                "apiVersion": KUEUE,
+                "kind": "LocalQueue",
+                "metadata": {"name": team, "namespace": namespace},
+                "spec": {"clusterQueue": f"{prefix}-{team}"},
+            }
+        )
+    return objects
+
+
+def run_store_volume(namespace: str, root: str, name: str) -> list[dict[str, Any]]:
+    """A PersistentVolume over ``root`` (the run store this test's controller writes) and
+    the claim ``aviflow-runs`` bound to it in ``namespace``."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": root, "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": "aviflow-runs"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "aviflow-runs", "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": name,
+                "resources": {"requests": {"storage": "1Ti"}},
+            },
+        },
+    ]
+
+
+class Pool:
+    """A namespace wired for Aviflow: Kueue queues per team, the run store volume, the
+    controller (in this process) and a KubernetesBackend for it."""
+
+    def __init__(
+        self, cluster: Any, namespace: str, root: Path, teams: dict[str, dict[str, Any]]
+    ) -> None:
+        import uuid
+
+        from aviflow.backends.kubernetes import KubernetesBackend
+        from aviflow.k8s.settings import ClusterSettings
+
+        self.cluster, self.namespace, self.root = cluster, namespace, root
+        self.prefix = f"p{uuid.uuid4().hex[:8]}"
+        self.objects = pool_objects(self.prefix, namespace, teams) + run_store_volume(
+            namespace, str(root), f"{self.prefix}-runs"
+        )
+        cluster.kubectl(
+            "apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in self.objects)
+        )
+        self.settings = ClusterSettings.from_dict(
+            {
+                "namespace": namespace,
+                "python": sys.executable,
+                "image": "aviflow/trainer:test",
+                "runs": {"localPath": str(root)},
+            }
+        )
+        self.api = cluster.api_client()
+        self.backend = KubernetesBackend(self.settings, api=self.api)
+        self.controller: Any = None
+        self.wait_active()
+
+    def wait_active(self) -> None:
+        from kubernetes import client
+
+        co = client.CustomObjectsApi(self.api)
+        for obj in self.objects:
+            if obj["kind"] != "ClusterQueue":
+                continue
+            wait_for(
+                lambda name=obj["metadata"]["name"]: any(
+                    c["type"] == "Active" and c["status"] == "True"
+                    for c in co.get_cluster_custom_object(
+                        "kueue.x-k8s.io", "v1beta2", "clusterqueues", name
+                    )
+                    .get("status", {})
+                    .get("conditions", [])
+                ),
+                60,
+                f"ClusterQueue {obj['metadata']['name']} Active",
+            )
+
+    def start_controller(self) -> Any:
+        from aviflow.operator import Controller
+        from aviflow.store import RunStore
+
+        self.controller = Controller(
+            self.api, self.settings, RunStore(self.root), workers=2, resync=10
+        )
+        self.controller.start()
+        return self.controller
+
+    def stop_controller(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Jobs, pods, services and workloads still in the namespace."""
+        out = {}
+        for kind in ("jobs", "pods", "services", "workloads.kueue.x-k8s.io"):
+            done = self.cluster.kubectl("get", kind, "-n", self.namespace, "-o", "name")
+            out[kind] = done.stdout.split()
+        return out
+
+    def close(self) -> None:
+        self.stop_controller()
+        self.cluster.kubectl(
+            "delete", "trainjobs", "--all", "-n", self.namespace, "--wait=false", check=False
+        )
+        reversed_docs = "\n---\n".join(json.dumps(o) for o in reversed(self.objects))
+        self.cluster.kubectl(
+            "delete",
+            "--ignore-not-found",
+            "--wait=false",
+            "-f",
+            "-",
+            input=reversed_docs,
+            check=False,
+        )
+        self.api.close()
+
+
+@pytest.fixture
+def make_pool(crd_installed: Any, k8s_namespace: str, tmp_path: Path) -> Any:
+    """``make_pool(teams={"vision": {"gpus": 8}}, controller=True) -> Pool``."""
+    pools: list[Pool] = []
+
+    def make(teams: dict[str, dict[str, Any]] | None = None, controller: bool = True) -> Pool:
+        root = tmp_path / f"runs{len(pools)}"
+        root.mkdir()
+        pool = Pool(crd_installed, k8s_namespace, root, teams or {"default": {"gpus": 8}})
+        pools.append(pool)
+        if controller:
+            pool.start_controller()
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.close()

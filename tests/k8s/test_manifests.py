@@ -51,7 +51,11 @@ SETTINGS = ClusterSettings.from_dict(
     }
 )
 DEFAULTS = ClusterSettings.from_dict(
-    {"cpuPerGpu": 12, "memoryPerGpu": "96Gi", "topology": {"required": None}}
+    {
+        "cpuPerGpu": 12,
+        "memoryPerGpu": "96Gi",
+        "topology": {"required": None, "preferred": "topology.aviflow.dev/rack"},
+    }
 )
 
 
@@ -128,11 +132,7 @@ def test_the_attempt_job_is_one_gang_of_gpu_pods_with_its_own_store_directory() 
         "sizeLimit": "64Gi",
     }
     annotations = job["spec"]["template"]["metadata"]["annotations"]
-    assert annotations == {
-        m.TAS_PREFERRED: "topology.aviflow.dev/rack",
-        m.TAS_SLICE_REQUIRED: "topology.aviflow.dev/block",
-        m.TAS_SLICE_SIZE: "2",
-    }
+    assert annotations == {m.TAS_REQUIRED: "topology.aviflow.dev/block"}
 
 
 def test_requests_default_per_gpu_from_the_settings() -> None:
@@ -146,10 +146,11 @@ def test_requests_default_per_gpu_from_the_settings() -> None:
     assert "activeDeadlineSeconds" not in job["spec"]
 
 
-def test_the_port_is_stable_per_job_and_in_range() -> None:
-    ports = {m.main_port(f"job-{i:04d}") for i in range(200)}
+def test_the_port_is_stable_per_attempt_and_in_range() -> None:
+    ports = {m.main_port(f"job-{i:04d}", 1) for i in range(200)}
     assert all(m.PORT_BASE <= p < m.PORT_BASE + m.PORT_SPAN for p in ports)
-    assert len(ports) > 190 and m.main_port("a") == m.main_port("a")
+    assert len(ports) > 190 and m.main_port("a", 1) == m.main_port("a", 1)
+    assert m.main_port("a", 1) != m.main_port("a", 2)
 
 
 def test_bad_settings_are_refused_with_the_key() -> None:
@@ -159,6 +160,10 @@ def test_bad_settings_are_refused_with_the_key() -> None:
         ClusterSettings.from_dict({"namspace": "x"})
     with pytest.raises(BackendError, match="'Bad_NS' is not a namespace name"):
         ClusterSettings.from_dict({"namespace": "Bad_NS"})
+    with pytest.raises(
+        BackendError, match="give topology.required or topology.preferred, not both"
+    ):
+        ClusterSettings.from_dict({"topology": {"preferred": "topology.aviflow.dev/rack"}})
     with pytest.raises(BackendError, match="must be an absolute path"):
         ClusterSettings.from_dict({"runs": {"mountPath": "runs"}})
 

@@ -24,6 +24,7 @@ from ._nodes import (
     default_nodes,
     hgx_node,
 )
+from ._wait import wait_for
 
 __all__ = [
     "BINARIES",
@@ -44,4 +45,5 @@ __all__ = [
     "cpu_node",
     "default_nodes",
     "hgx_node",
+    "wait_for",
 ]

@@ -1,0 +1,164 @@
+"""``KubernetesBackend``: jobs are TrainJob resources on a cluster with Kueue.
+
+``submit`` writes the job's directory in the shared run store (spec, code bundle, meta),
+then creates the TrainJob named by the job's id; the controller (``python -m
+aviflow.operator``) does the rest and is the only writer of the job's events. A TrainJob the
+API server refuses leaves nothing behind (the directory is removed). Reads come from the
+run store as with the local backend (metrics, per-rank logs and checkpoints are written
+there by the pods); ``cancel`` asks the controller through the TrainJob's
+``aviflow.dev/cancel`` annotation and waits until the job has ended. ``render`` is the
+exact objects (``--dry-run``).
+
+Settings (one section: ``api.kubernetes`` in the hub config, or a YAML file named by
+``AVIFLOW_K8S_CONFIG``): :class:`~aviflow.k8s.settings.ClusterSettings` plus ``kubeconfig``
+and ``context`` (default: ``KUBECONFIG``, then in-cluster).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aviflow.backends._store import StoreReads
+from aviflow.backends.base import Backend
+from aviflow.bundle import CodeBundle
+from aviflow.errors import BackendError
+from aviflow.k8s import manifests as m
+from aviflow.k8s.client import api_client
+from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.names import slugify
+from aviflow.records import JobStatus, Owner
+from aviflow.spec import TrainJob
+from aviflow.store import RunStore
+
+CONFIG_ENV = "AVIFLOW_K8S_CONFIG"
+RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
+CANCEL_WAIT = 120.0
+
+
+class KubernetesBackend(StoreReads, Backend):
+    """TrainJobs on Kubernetes + Kueue; see the module docstring."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        settings: ClusterSettings | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        api: Any = None,
+    ) -> None:
+        self.settings = settings or ClusterSettings()
+        root = self.settings.runs.local_path or os.environ.get(RUNS_MOUNT_ENV)
+        self.store = RunStore(root)
+        self._api = api
+        self._kubeconfig, self._context = kubeconfig, context
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | None = None) -> KubernetesBackend:
+        data = dict(section or {})
+        if not data and os.environ.get(CONFIG_ENV):
+            return cls(ClusterSettings.load(os.environ[CONFIG_ENV]))
+        kubeconfig, context = data.pop("kubeconfig", None), data.pop("context", None)
+        return cls(ClusterSettings.from_dict(data), kubeconfig=kubeconfig, context=context)
+
+    def __repr__(self) -> str:
+        return f"KubernetesBackend(namespace={self.settings.namespace!r}, store={str(self.store.root)!r})"
+
+    @property
+    def api(self) -> Any:
+        if self._api is None:
+            self._api = api_client(self._kubeconfig, self._context)
+        return self._api
+
+    def _custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api)
+
+    # -- the interface ---------------------------------------------------------------------------
+    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        owner = owner or Owner(getpass.getuser())
+        custom = self._custom()
+        run = self.store.create(
+            job,
+            bundle.store_files(),
+            owner.user,
+            team=owner.team,
+            backend=self.name,
+            code_hash=bundle.content_hash,
+            origin={**bundle.origin, "namespace": self.settings.namespace},
+        )
+        ref = m.JobRef(run.id, "", run.path.parent.name, owner.team)
+        body = m.trainjob(job, ref, owner.user, self.settings)
+        try:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.settings.namespace, PLURAL, body
+            )
+        except ApiException as exc:
+            self.store.remove(run.id)
+            raise BackendError(
+                f"the cluster refused {job.metadata.name!r}: {_reason(exc)}"
+            ) from None
+        except BaseException:
+            self.store.remove(run.id)
+            raise
+        return run.id
+
+    def status(self, job_id: str) -> JobStatus:
+        return self.run_dir(job_id).status()
+
+    def cancel(self, job_id: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        run = self.run_dir(job_id)
+        if run.status().state.is_finished():
+            return False
+        who = getpass.getuser()
+        patch = {"metadata": {"annotations": {m.ANNOTATION_CANCEL: f"cancelled by {who}"}}}
+        try:
+            self._custom().patch_namespaced_custom_object(
+                GROUP, VERSION, self.settings.namespace, PLURAL, job_id, patch
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise BackendError(f"cancel of {job_id}: {_reason(exc)}") from None
+            # the TrainJob is gone: the controller records the end when it sees the deletion
+        deadline = time.monotonic() + CANCEL_WAIT
+        while time.monotonic() < deadline:
+            if run.status().state.is_finished():
+                return True
+            time.sleep(0.2)
+        raise BackendError(
+            f"cancel of {job_id}: the controller has not stopped the job in {CANCEL_WAIT:.0f}s; "
+            "is `python -m aviflow.operator` running?"
+        )
+
+    def render(self, job: TrainJob) -> list[dict[str, Any]]:
+        """The TrainJob, its Service and attempt 1's Job, with placeholders for what only
+        submission decides (the id, the TrainJob's uid)."""
+        user = getpass.getuser()
+        ref = m.JobRef(f"{job.slug}-<id>", "<uid>", slugify(user), None)
+        return [
+            m.trainjob(job, ref, user, self.settings),
+            m.service(ref, self.settings),
+            m.attempt_job(job, ref, 1, self.settings, deadline_seconds=job.spec.time_limit_seconds),
+        ]
+
+
+def _reason(exc: Any) -> str:
+    """The API server's message from an ``ApiException``."""
+    import json
+
+    try:
+        body = json.loads(exc.body)
+        return str(body.get("message") or exc.reason)
+    except (TypeError, ValueError):
+        return f"{exc.status} {exc.reason}"

@@ -1,0 +1,548 @@
+"""The TrainJob controller: informers, a work queue, and one reconcile per job.
+
+Level-triggered: every change of a TrainJob, or of a Job, Pod or Kueue Workload labelled with
+its id, queues that job; a reconcile rebuilds the job's :class:`~aviflow.lifecycle.Lifecycle`
+from its events in the run store, compares it with what the cluster shows
+(:mod:`._observe`), records the events that follow (the controller is their only writer)
+and makes the cluster match: the headless Service and the next attempt's Job while queued,
+the Job stopped when the lifecycle says so, nothing left after a cancel. Every active job is
+also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers relist
+every ``resync`` seconds. A job is never reconciled by two workers at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from aviflow.attempts import held_seconds
+from aviflow.bundle import build_bundle
+from aviflow.errors import AviflowError, SpecError
+from aviflow.failures import attribute
+from aviflow.k8s import manifests as m
+from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.lifecycle import (
+    Action,
+    AttemptEnded,
+    CancelRequested,
+    Lifecycle,
+    Lost,
+    Observation,
+    Policy,
+    StartAttempt,
+    StopAttempt,
+    Tick,
+)
+from aviflow.operator._informer import Informer, Obj
+from aviflow.operator._observe import (
+    AttemptJob,
+    PodView,
+    Snapshot,
+    WorkloadView,
+    next_observation,
+    queue_positions,
+)
+from aviflow.records import CheckpointRef, Event, FailureInfo, JobState, JobStatus
+from aviflow.spec import TrainJob
+from aviflow.store import RunDir, RunStore, atomic_write, read_json
+
+log = logging.getLogger("aviflow.operator")
+BINDING = "k8s.json"  # in the run dir: which TrainJob (namespace, uid) drives it
+DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time limit
+NODE_LOG_LINES = 200
+MAX_STEPS = 8
+
+
+@dataclass
+class _Queue:
+    """A set of job ids to reconcile; an id being reconciled is not handed out twice."""
+
+    def __post_init__(self) -> None:
+        self.cond = threading.Condition()
+        self.waiting: dict[str, None] = {}
+        self.busy: set[str] = set()
+        self.again: set[str] = set()
+        self.closed = False
+
+    def put(self, job_id: str) -> None:
+        with self.cond:
+            if job_id in self.busy:
+                self.again.add(job_id)
+            else:
+                self.waiting[job_id] = None
+                self.cond.notify()
+
+    def take(self) -> str | None:
+        with self.cond:
+            while not self.waiting and not self.closed:
+                self.cond.wait()
+            if self.closed:
+                return None
+            job_id = next(iter(self.waiting))
+            del self.waiting[job_id]
+            self.busy.add(job_id)
+            return job_id
+
+    def done(self, job_id: str) -> None:
+        with self.cond:
+            self.busy.discard(job_id)
+            if job_id in self.again:
+                self.again.discard(job_id)
+                self.waiting[job_id] = None
+                self.cond.notify()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+class Controller:
+    """Reconciles the TrainJobs of ``settings.namespace`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        settings: ClusterSettings,
+        store: RunStore,
+        *,
+        workers: int = 4,
+        tick: float = 1.0,
+        resync: float = 30.0,
+    ) -> None:
+        self.api, self.settings, self.store = api, settings, store
+        self.ns = settings.namespace
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.queue = _Queue()
+        self.tick, self.workers = tick, workers
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        selector = m.LABEL_JOB
+        self.trainjobs = Informer(
+            "trainjobs",
+            self.custom.list_namespaced_custom_object,
+            self._on_trainjob,
+            resync=resync,
+            group=GROUP,
+            version=VERSION,
+            namespace=self.ns,
+            plural=PLURAL,
+        )
+        self.jobs = Informer(
+            "jobs",
+            self.batch.list_namespaced_job,
+            self._on_child,
+            resync=resync,
+            namespace=self.ns,
+            label_selector=selector,
+        )
+        self.pods = Informer(
+            "pods",
+            self.core.list_namespaced_pod,
+            self._on_child,
+            resync=resync,
+            namespace=self.ns,
+            label_selector=selector,
+        )
+        self.workloads = Informer(
+            "workloads",
+            self.custom.list_namespaced_custom_object,
+            self._on_workload,
+            resync=resync,
+            group="kueue.x-k8s.io",
+            version="v1beta2",
+            namespace=self.ns,
+            plural="workloads",
+        )
+        self._informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
+        self._deleted: dict[str, Obj] = {}
+
+    # -- running ---------------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> None:
+        for inf in self._informers:
+            inf.start()
+        deadline = time.monotonic() + timeout
+        for inf in self._informers:
+            if not inf.wait_synced(max(0.1, deadline - time.monotonic())):
+                raise TimeoutError(f"the {inf.name} informer did not sync in {timeout:.0f}s")
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        ticker = threading.Thread(target=self._tick_loop, name="ticker", daemon=True)
+        ticker.start()
+        self._threads.append(ticker)
+        log.info("aviflow controller: watching TrainJobs in %s", self.ns)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.close()
+        for inf in self._informers:
+            inf.stop()
+        for t in self._threads:
+            t.join(timeout=10)
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self.tick):
+            for obj in self.trainjobs.items():
+                state = (obj.get("status") or {}).get("state")
+                if state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    self.queue.put(obj["metadata"]["name"])
+
+    def _work(self) -> None:
+        while True:
+            job_id = self.queue.take()
+            if job_id is None:
+                return
+            try:
+                self.reconcile(job_id)
+            except Exception:  # one job's trouble never stops the others; retried on tick
+                log.exception("reconcile of %s failed", job_id)
+            finally:
+                self.queue.done(job_id)
+
+    # -- informer callbacks ----------------------------------------------------------------------
+    def _on_trainjob(self, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if obj.get("deleted"):
+            self._deleted[name] = obj
+        self.queue.put(name)
+
+    def _on_child(self, obj: Obj) -> None:
+        job_id = (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB)
+        if job_id:
+            self.queue.put(job_id)
+
+    def _on_workload(self, obj: Obj) -> None:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and "-a" in ref.get("name", ""):
+                self.queue.put(ref["name"].rsplit("-a", 1)[0])
+        # a change in any workload can move others' queue positions
+        for other in self.trainjobs.items():
+            if (other.get("status") or {}).get("state") == "QUEUED":
+                self.queue.put(other["metadata"]["name"])
+
+    # -- one job ---------------------------------------------------------------------------------
+    def reconcile(self, job_id: str) -> None:
+        cr = self.trainjobs.get(self.ns, job_id)
+        if cr is None:
+            gone = self._deleted.pop(job_id, None)
+            if gone is not None:
+                self._record_deleted(gone)
+            return
+        run = self._run_dir(cr)
+        if run is None:
+            return
+        job = run.spec()
+        policy = Policy.from_spec(job.spec, readmit=True)
+        lc = Lifecycle.from_events(policy, run.events().items)
+        ref = m.JobRef(job_id, cr["metadata"]["uid"], run.path.parent.name, run.meta().team)
+        now = time.time()
+        events: list[Event] = []
+        actions: list[Action] = []
+
+        def feed(obs: Observation | None) -> None:
+            nonlocal lc
+            if obs is None:
+                return
+            step = lc.observe(obs)
+            lc = step.lifecycle
+            events.extend(step.events)
+            actions.extend(step.actions)
+
+        if not lc.events:
+            step = lc.submitted(now)
+            lc, events, actions = step.lifecycle, list(step.events), list(step.actions)
+        cancel = (cr["metadata"].get("annotations") or {}).get(m.ANNOTATION_CANCEL)
+        if cancel is not None:
+            feed(CancelRequested(now, cancel or "cancelled"))
+        feed(Tick(now))
+        snap = self._snapshot(job_id, job, run)
+        for _ in range(MAX_STEPS):
+            obs = next_observation(lc, snap, now)
+            if isinstance(obs, AttemptEnded) and any(
+                c not in (None, 0) for c in obs.codes.values()
+            ):
+                obs = AttemptEnded(obs.time, obs.attempt, obs.codes, self._failure(run, job, obs))
+            before = len(lc.events), lc.stopping
+            feed(obs)
+            if obs is None or (len(lc.events), lc.stopping) == before:
+                break
+        if events:
+            for ev in events:
+                run.append_event(ev)
+        for action in actions:
+            self._carry_out(action, job, ref, lc, run, snap)
+        if lc.state is JobState.QUEUED:
+            self._ensure_attempt(job, ref, lc, run)  # level: the next attempt's Job exists
+        if lc.state.is_finished() and lc.state is JobState.CANCELLED:
+            self._delete_children(job_id)
+        self._write_status(cr, run, lc, snap, job_id)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _snapshot(self, job_id: str, job: TrainJob, run: RunDir) -> Snapshot:
+        jobs: dict[int, AttemptJob] = {}
+        names: dict[str, int] = {}
+        for obj in self.jobs.items():
+            if (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB) == job_id:
+                view = AttemptJob.of(obj)
+                jobs[view.attempt] = view
+                names[obj["metadata"]["name"]] = view.attempt
+        pods = tuple(
+            PodView.of(p)
+            for p in self.pods.items()
+            if (p["metadata"].get("labels") or {}).get(m.LABEL_JOB) == job_id
+        )
+        workloads: dict[int, WorkloadView] = {}
+        for wl in self.workloads.items():
+            for owner in wl["metadata"].get("ownerReferences") or []:
+                attempt = names.get(owner.get("name", "")) if owner.get("kind") == "Job" else None
+                if attempt is not None:
+                    workloads[attempt] = WorkloadView.of(wl, attempt, self.settings.gpu_resource)
+        beats = {}
+        for node in range(job.spec.nodes):
+            attempt = run.heartbeat(node).get("attempt")
+            if isinstance(attempt, int):
+                beats[node] = attempt
+        return Snapshot(job.spec.nodes, jobs, pods, workloads, beats)
+
+    def _failure(self, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
+        records = run.failures(obs.attempt)
+        node_logs = {n: self._pod_log(run.id, obs.attempt, n) for n in obs.codes}
+        ranks = {r.rank for r in records if r.rank is not None}
+        tails = {r: run.log(r, tail=40).text for r in ranks}
+        return attribute(records, node_logs, obs.codes, job.spec.gpus_per_node, tails)
+
+    def _pod_log(self, job_id: str, attempt: int, index: int) -> str:
+        for pod in self.pods.items():
+            labels = pod["metadata"].get("labels") or {}
+            view = PodView.of(pod)
+            if labels.get(m.LABEL_JOB) == job_id and (view.attempt, view.index) == (attempt, index):
+                try:
+                    text = self.core.read_namespaced_pod_log(
+                        pod["metadata"]["name"], self.ns, tail_lines=NODE_LOG_LINES
+                    )
+                    return str(text)
+                except ApiException:
+                    return ""
+        return ""
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _carry_out(
+        self,
+        action: Action,
+        job: TrainJob,
+        ref: m.JobRef,
+        lc: Lifecycle,
+        run: RunDir,
+        snap: Snapshot,
+    ) -> None:
+        if isinstance(action, StartAttempt):
+            if not lc.state.is_finished():
+                self._ensure_attempt(job, ref, lc, run)
+        elif isinstance(action, StopAttempt):
+            view = snap.jobs.get(action.attempt)
+            failing = any(p.exit_code not in (None, 0) for p in snap.pods_of(action.attempt))
+            if view is not None and not view.finished and not failing:
+                # a failing pod makes the Job controller stop the rest (podFailurePolicy)
+                self._delete_job(m.attempt_name(ref.id, action.attempt))
+
+    def _ensure_attempt(self, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir) -> None:
+        attempt = lc.attempt + 1
+        if self.jobs.get(self.ns, m.attempt_name(ref.id, attempt)) is not None:
+            return
+        self._create(self.core.create_namespaced_service, m.service(ref, self.settings))
+        deadline = None
+        if job.spec.time_limit_seconds is not None:
+            left = job.spec.time_limit_seconds - held_seconds(lc.events, time.time())
+            deadline = int(max(1, left)) + DEADLINE_GRACE
+        body = m.attempt_job(
+            job,
+            ref,
+            attempt,
+            self.settings,
+            deadline_seconds=deadline,
+            resume_subpath=self._resume_subpath(job, run),
+        )
+        self._create(self.batch.create_namespaced_job, body)
+
+    def _resume_subpath(self, job: TrainJob, run: RunDir) -> str | None:
+        start = job.spec.resume_from
+        if start is None:
+            return None
+        path = self.store.checkpoint_path(CheckpointRef(start.job, start.step))
+        return path.relative_to(self.store.root).as_posix()
+
+    def _create(self, call: Any, body: dict[str, Any]) -> None:
+        try:
+            call(self.ns, body)
+        except ApiException as exc:
+            if exc.status != 409:  # already there: a reconcile before us made it
+                raise
+
+    def _delete_job(self, name: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(name, self.ns, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _delete_children(self, job_id: str) -> None:
+        for obj in self.jobs.items():
+            labels = obj["metadata"].get("labels") or {}
+            if labels.get(m.LABEL_JOB) == job_id and not obj["metadata"].get("deletionTimestamp"):
+                self._delete_job(obj["metadata"]["name"])
+        try:
+            self.core.delete_namespaced_service(m.service_name(job_id), self.ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _write_status(
+        self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str
+    ) -> None:
+        position, message = None, None
+        if lc.state is JobState.QUEUED:
+            wl = snap.workloads.get(lc.attempt + 1)
+            positions = queue_positions(self.workloads.items())
+            for obj in self.workloads.items():
+                owners = obj["metadata"].get("ownerReferences") or []
+                if any(o.get("name") == m.attempt_name(job_id, lc.attempt + 1) for o in owners):
+                    position = positions.get((self.ns, obj["metadata"]["name"]))
+            if wl is not None and wl.pending:
+                message = f"waiting for admission: {wl.pending}"
+        status = lc.status(position, message)
+        if status != run.status():
+            run.write_status(status)
+        wire = status.to_dict()
+        if (cr.get("status") or {}) != wire:
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, self.ns, PLURAL, job_id, {"status": wire}
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def _record_deleted(self, cr: Obj) -> None:
+        """The TrainJob was deleted (its children go with it): record the end if it had none."""
+        path = self.store.locate(cr["metadata"]["name"])
+        if path is None:
+            return
+        run = RunDir(path)
+        if not self._bound_here(run, cr):
+            return
+        lc = Lifecycle.from_events(
+            Policy.from_spec(run.spec().spec, readmit=True), run.events().items
+        )
+        step = lc.observe(Lost(time.time(), "the TrainJob was deleted", cancelled=True))
+        if step.events:
+            run.record(step.events, step.lifecycle.status())
+
+    # -- the run directory -----------------------------------------------------------------------
+    def _bound_here(self, run: RunDir, cr: Obj) -> bool:
+        binding = read_json(run.path / BINDING, None)
+        meta = cr["metadata"]
+        return isinstance(binding, dict) and binding == {
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        }
+
+    def _run_dir(self, cr: Obj) -> RunDir | None:
+        """The job's run directory, bound to this TrainJob (namespace and uid) the first time
+        the controller sees it, created here for a TrainJob applied with kubectl. None (with
+        the reason on the TrainJob's status) when the id belongs to another TrainJob."""
+        meta = cr["metadata"]
+        name = meta["name"]
+        path = self.store.locate(name)
+        if path is None:
+            return self._adopt(cr)
+        run = RunDir(path)
+        binding = read_json(run.path / BINDING, None)
+        mine = {"namespace": meta["namespace"], "uid": meta["uid"]}
+        if binding is None:
+            origin = run.meta().origin
+            if run.meta().backend != "kubernetes" or origin.get("namespace") != meta["namespace"]:
+                self._refuse(cr, f"job id {name!r} belongs to another job in the run store")
+                return None
+            atomic_write(run.path / BINDING, json.dumps(mine))
+            return run
+        if binding != mine:
+            self._refuse(cr, f"job id {name!r} belongs to another TrainJob")
+            return None
+        return run
+
+    def _adopt(self, cr: Obj) -> RunDir | None:
+        """A TrainJob created directly (kubectl): give it a run directory of its namespace."""
+        meta = cr["metadata"]
+        try:
+            job = TrainJob.from_dict(
+                {
+                    "apiVersion": cr["apiVersion"],
+                    "kind": cr["kind"],
+                    "metadata": {
+                        "name": (meta.get("annotations") or {}).get(m.ANNOTATION_NAME)
+                        or meta["name"]
+                    },
+                    "spec": cr.get("spec") or {},
+                }
+            )
+            if job.spec.script_file is not None:
+                raise SpecError(
+                    "spec.scriptFile needs the code shipped with the job: submit it with "
+                    "`aviflow submit` or %%aviflow_train, or put the code in spec.script"
+                )
+            if job.spec.accelerate.config_file is not None:
+                raise SpecError("spec.accelerate.configFile needs `aviflow submit` too")
+            bundle = build_bundle(job, base_dir=Path("/nonexistent"))
+        except AviflowError as exc:
+            self._refuse(cr, str(exc))
+            return None
+        user = f"kubectl-{meta['namespace']}"
+        try:
+            run = self.store.create(
+                job,
+                bundle.store_files(),
+                user,
+                backend="kubernetes",
+                code_hash=bundle.content_hash,
+                origin={"namespace": meta["namespace"], "via": "kubectl"},
+                job_id=meta["name"],
+            )
+        except FileExistsError as exc:
+            self._refuse(cr, str(exc))
+            return None
+        atomic_write(
+            run.path / BINDING, json.dumps({"namespace": meta["namespace"], "uid": meta["uid"]})
+        )
+        return run
+
+    def _refuse(self, cr: Obj, message: str) -> None:
+        """A TrainJob the controller will not run: FAILED on its status (no run directory)."""
+        if (cr.get("status") or {}).get("state") == "FAILED":
+            return
+        status = JobStatus(JobState.FAILED, 0, message, time.time())
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                self.ns,
+                PLURAL,
+                cr["metadata"]["name"],
+                {"status": status.to_dict()},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        log.warning("TrainJob %s refused: %s", cr["metadata"]["name"], message)

@@ -1,0 +1,153 @@
+"""``Informer``: a list+watch cache of one kind of object, with resync, on the ``kubernetes``
+client (the shape of client-go's informer, small).
+
+It lists (remembering the list's ``resourceVersion``), then watches from there; every change
+updates the cache and calls ``on_change(obj)``. A watch that ends is resumed from the last
+version seen; ``410 Gone`` (the version is too old) or any error relists; and every
+``resync`` seconds it relists anyway and calls ``on_change`` for every object, so a missed
+event (or a reconcile that failed) is made good within that time. Objects deleted between
+lists are reported once with ``obj["deleted"] = True``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("aviflow.operator")
+Obj = dict[str, Any]
+WATCH_SECONDS = 240
+RETRY_SECONDS = 1.0
+
+
+def key(obj: Obj) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]
+
+
+class Informer:
+    """Cache of the objects ``list_call(**kwargs)`` returns (a ``kubernetes`` list method
+    that returns raw JSON with ``_preload_content=False``); see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        list_call: Callable[..., Any],
+        on_change: Callable[[Obj], None],
+        *,
+        resync: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        self.name = name
+        self._list = list_call
+        self._kwargs = kwargs
+        self._on_change = on_change
+        self._resync = resync
+        self._items: dict[tuple[str, str], Obj] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: watch.Watch | None = None
+
+    # -- reads -----------------------------------------------------------------------------------
+    def items(self) -> list[Obj]:
+        with self._lock:
+            return list(self._items.values())
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        with self._lock:
+            return self._items.get((namespace, name))
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    # -- running ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                version = self._relist()
+                self._synced.set()
+                deadline = time.monotonic() + self._resync
+                while not self._stop.is_set() and time.monotonic() < deadline:
+                    version = self._watch_from(version, deadline)
+            except ApiException as exc:
+                if self._stop.is_set():
+                    return
+                if exc.status != 410:
+                    log.warning("%s: %s %s; relisting", self.name, exc.status, exc.reason)
+                    self._stop.wait(RETRY_SECONDS)
+            except Exception as exc:  # the connection dropped, the server restarted...
+                if self._stop.is_set():
+                    return
+                log.warning("%s: %r; relisting", self.name, exc)
+                self._stop.wait(RETRY_SECONDS)
+
+    def _relist(self) -> str:
+        import json
+
+        resp = self._list(**self._kwargs, _preload_content=False)
+        data = json.loads(resp.data)
+        fresh = {key(o): o for o in data.get("items", [])}
+        with self._lock:
+            gone = [o for k, o in self._items.items() if k not in fresh]
+            self._items = fresh
+        for obj in gone:
+            self._on_change({**obj, "deleted": True})
+        for obj in fresh.values():
+            self._on_change(obj)
+        return str(data["metadata"]["resourceVersion"])
+
+    def _watch_from(self, version: str, deadline: float) -> str:
+        self._watch = w = watch.Watch()
+        timeout = max(1, min(WATCH_SECONDS, int(deadline - time.monotonic())))
+        for ev in w.stream(
+            self._list,
+            **self._kwargs,
+            resource_version=version,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=True,
+        ):
+            if self._stop.is_set():
+                break
+            obj, kind = ev["raw_object"], ev["type"]
+            if kind == "ERROR":
+                raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
+            version = obj.get("metadata", {}).get("resourceVersion", version)
+            if kind == "BOOKMARK":
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    self._items.pop(key(obj), None)
+                else:
+                    self._items[key(obj)] = obj
+            self._on_change({**obj, "deleted": True} if kind == "DELETED" else obj)
+        return version
+
+
+def api_list(api: Any, method: str) -> Callable[..., Any]:
+    """``getattr(api, method)`` (for the informer), checked."""
+    call = getattr(api, method, None)
+    if call is None:
+        raise AttributeError(f"{type(api).__name__} has no {method}")
+    return call  # type: ignore[no-any-return]
+
+
+__all__ = ["Informer", "api_list", "client", "key"]

@@ -1,0 +1,218 @@
+"""Pure: what the cluster shows about one TrainJob -> the next lifecycle observation.
+
+The controller reads a :class:`Snapshot` from its caches (the job's attempt Jobs, their pods
+and Kueue Workloads, the nodes' heartbeats from the run store) and feeds
+:func:`next_observation` to the shared :class:`~aviflow.lifecycle.Lifecycle` until it has
+nothing new to say. Nothing here remembers anything between reconciles: the lifecycle is
+rebuilt from the job's events each time, so a restarted controller carries on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from aviflow.k8s.manifests import LABEL_ATTEMPT, RULE_DISRUPTION
+from aviflow.lifecycle import (
+    Admitted,
+    AttemptEnded,
+    Evicted,
+    Lifecycle,
+    NodeExited,
+    NodesUp,
+    Observation,
+)
+from aviflow.records import JobState
+
+Obj = dict[str, Any]
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+TERMINAL = ("Succeeded", "Failed")
+
+
+def timestamp(text: str | None) -> float | None:
+    """An RFC 3339 time from the API server as epoch seconds."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def condition(obj: Obj, kind: str) -> Obj | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c  # type: ignore[no-any-return]
+    return None
+
+
+def is_true(obj: Obj, kind: str) -> bool:
+    c = condition(obj, kind)
+    return c is not None and c.get("status") == "True"
+
+
+@dataclass(frozen=True)
+class AttemptJob:
+    """An attempt's Indexed Job: ``finished`` is ``Complete``/``Failed``/None."""
+
+    attempt: int
+    finished: str | None = None
+    reason: str = ""
+    message: str = ""
+    deleting: bool = False
+
+    @classmethod
+    def of(cls, obj: Obj) -> AttemptJob:
+        attempt = int(obj["metadata"]["labels"][LABEL_ATTEMPT])
+        deleting = bool(obj["metadata"].get("deletionTimestamp")) or bool(obj.get("deleted"))
+        for kind in ("Complete", "Failed"):
+            c = condition(obj, kind)
+            if c is not None and c.get("status") == "True":
+                return cls(attempt, kind, c.get("reason", ""), c.get("message", ""), deleting)
+        return cls(attempt, deleting=deleting)
+
+    @property
+    def disrupted(self) -> bool:
+        """Failed by the podFailurePolicy's disruption rule (preemption, drain, node loss)."""
+        return (
+            self.finished == "Failed"
+            and self.reason == "PodFailurePolicy"
+            and f"rule at index {RULE_DISRUPTION}" in self.message
+        )
+
+
+@dataclass(frozen=True)
+class PodView:
+    attempt: int
+    index: int
+    phase: str
+    exit_code: int | None = None
+
+    @classmethod
+    def of(cls, obj: Obj) -> PodView:
+        meta, status = obj["metadata"], obj.get("status") or {}
+        annotations = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        index = annotations.get(INDEX_LABEL, labels.get(INDEX_LABEL, "0"))
+        code = None
+        for c in status.get("containerStatuses") or []:
+            term = (c.get("state") or {}).get("terminated")
+            if term is not None:
+                code = int(term.get("exitCode", 0))
+        phase = status.get("phase", "Pending")
+        if obj.get("deleted"):
+            phase = phase if phase in TERMINAL else "Gone"
+        return cls(int(labels.get(LABEL_ATTEMPT, "0")), int(index), phase, code)
+
+    @property
+    def active(self) -> bool:
+        return self.phase not in (*TERMINAL, "Gone")
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """An attempt's Kueue Workload: when it was admitted, whether it was evicted, and why it
+    waits (the ``QuotaReserved=False`` message)."""
+
+    attempt: int
+    admitted_at: float | None = None
+    evicted: tuple[float, str, str] | None = None
+    pending: str = ""
+    finished: bool = False
+    gpus: int = 0
+
+    @classmethod
+    def of(cls, obj: Obj, attempt: int, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+        admitted = condition(obj, "Admitted")
+        evicted = condition(obj, "Evicted")
+        reserved = condition(obj, "QuotaReserved")
+        admitted_at = None
+        if admitted is not None and admitted.get("status") == "True":
+            admitted_at = timestamp(admitted.get("lastTransitionTime"))
+        ev = None
+        if evicted is not None and evicted.get("status") == "True":
+            ev = (
+                timestamp(evicted.get("lastTransitionTime")) or 0.0,
+                evicted.get("reason", ""),
+                evicted.get("message", ""),
+            )
+        pending = ""
+        if reserved is not None and reserved.get("status") == "False":
+            pending = reserved.get("message", "")
+        gpus = 0
+        for ps in ((obj.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+            gpus += int(str((ps.get("resourceUsage") or {}).get(gpu_resource, "0")))
+        return cls(attempt, admitted_at, ev, pending, is_true(obj, "Finished"), gpus)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the controller sees of one job now."""
+
+    nodes: int
+    jobs: dict[int, AttemptJob] = field(default_factory=dict)
+    pods: tuple[PodView, ...] = ()
+    workloads: dict[int, WorkloadView] = field(default_factory=dict)
+    heartbeats: dict[int, int] = field(default_factory=dict)  # node -> attempt it beat for
+
+    def pods_of(self, attempt: int) -> list[PodView]:
+        return [p for p in self.pods if p.attempt == attempt]
+
+    def codes(self, attempt: int) -> dict[int, int | None]:
+        job = self.jobs.get(attempt)
+        if job is not None and job.finished == "Complete":
+            return dict.fromkeys(range(self.nodes), 0)
+        codes: dict[int, int | None] = dict.fromkeys(range(self.nodes))
+        for p in self.pods_of(attempt):
+            if p.exit_code is not None:
+                codes[p.index] = p.exit_code
+        return codes
+
+
+def next_observation(lc: Lifecycle, snap: Snapshot, now: float) -> Observation | None:
+    """The one thing the lifecycle has not been told yet, or None."""
+    state, n = lc.state, lc.attempt
+    if state.is_finished():
+        return None
+    if state is JobState.QUEUED:
+        wl = snap.workloads.get(n + 1)
+        if wl is not None and wl.admitted_at is not None and wl.evicted is None:
+            return Admitted(wl.admitted_at)
+        return None
+    wl, job = snap.workloads.get(n), snap.jobs.get(n)
+    if wl is not None and wl.evicted is not None:
+        when, reason, message = wl.evicted
+        return Evicted(when or now, n, f"{reason}: {message}", preempted=reason == "Preempted")
+    if job is not None and job.disrupted:
+        return Evicted(now, n, f"disrupted: {job.message}")
+    pods = snap.pods_of(n)
+    if (job is None or job.finished or job.deleting) and not any(p.active for p in pods):
+        return AttemptEnded(now, n, snap.codes(n))
+    failed = sorted((p.index, p.exit_code) for p in pods if p.exit_code not in (None, 0))
+    if failed:
+        index, code = failed[0]
+        assert code is not None
+        return NodeExited(now, n, index, code)
+    if state is JobState.STARTING and all(snap.heartbeats.get(i) == n for i in range(snap.nodes)):
+        return NodesUp(now, n)
+    return None
+
+
+def queue_positions(workloads: list[Obj]) -> dict[tuple[str, str], int]:
+    """1-based position of every pending Workload within its LocalQueue (namespace, queue):
+    Kueue's order, priority first then creation time. Workloads that hold quota or have
+    finished are not pending."""
+    pending: dict[tuple[str, str], list[tuple[int, str, str]]] = {}
+    for wl in workloads:
+        if is_true(wl, "QuotaReserved") or is_true(wl, "Finished") or wl.get("deleted"):
+            continue
+        spec, meta = wl.get("spec") or {}, wl["metadata"]
+        if spec.get("active") is False:
+            continue
+        q = (meta.get("namespace", ""), spec.get("queueName", ""))
+        pending.setdefault(q, []).append(
+            (-int(spec.get("priority") or 0), meta.get("creationTimestamp", ""), meta["name"])
+        )
+    out: dict[tuple[str, str], int] = {}
+    for (ns, _), items in pending.items():
+        for i, (_, _, name) in enumerate(sorted(items)):
+            out[(ns, name)] = i + 1
+    return out
