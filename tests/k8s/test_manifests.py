@@ -161,7 +161,7 @@ def test_bad_settings_are_refused_with_the_key() -> None:
     with pytest.raises(BackendError, match="'Bad_NS' is not a namespace name"):
         ClusterSettings.from_dict({"namespace": "Bad_NS"})
     with pytest.raises(
-        BackendError, match="give topology.required or topology.preferred, not both"
+        BackendError, match=r"give topology\.required or topology\.preferred, not both"
     ):
         ClusterSettings.from_dict({"topology": {"preferred": "topology.aviflow.dev/rack"}})
     with pytest.raises(BackendError, match="must be an absolute path"):
