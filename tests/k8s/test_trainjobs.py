@@ -5,6 +5,7 @@ logs and checkpoints come back through the same ``Job`` API as locally."""
 from __future__ import annotations
 
 import json
+import time
 from importlib.resources import files
 from typing import Any
 
@@ -95,3 +96,177 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     assert [e.type for e in waiting.events()] == [EventType.QUEUED, EventType.CANCELLED]
     assert [e.type for e in running.events()][-1] is EventType.CANCELLED
     wait_for(lambda: not any(pool.leftovers().values()), 60, f"nothing left: {pool.leftovers()}")
+
+
+def rank_process(run_dir: str, rank: int) -> Any:
+    """The process of ``rank`` of the job whose pods mount ``run_dir`` (the test cluster's
+    pods are processes of this machine)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if "aviflow.runtime.rank" not in cmd:
+                continue
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if env.get("AVIFLOW_RUN_DIR") == run_dir and env.get("RANK") == str(rank):
+            return proc
+    return None
+
+
+def test_kill_9_of_one_rank_restarts_the_whole_group_from_its_checkpoint(make_pool: Any) -> None:
+    pool = make_pool()
+    spec = tiny(
+        "kill one rank",
+        maxRestarts=1,
+        env={"TINY_STEPS": "60", "TINY_CKPT_EVERY": "10", "TINY_STEP_SLEEP": "0.3"},
+    )
+    job = api.submit(spec, pool.backend)
+    wait_for(lambda: any(c.step >= 10 for c in job.checkpoints()), 240, "a checkpoint")
+    run_dir = f"/aviflow/runs/{pool.backend.run_dir(job.id).path.parent.name}/{job.id}"
+    victim = wait_for(lambda: rank_process(run_dir, 1), 30, "rank 1's process")
+    killed_after = max(c.step for c in job.checkpoints())
+    victim.kill()
+    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.logs(0)
+    kinds = [e.type for e in job.events()]
+    assert kinds == [
+        EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
+        EventType.RESTARTING, EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
+        EventType.SUCCEEDED,
+    ]  # fmt: skip
+    restart = next(e for e in job.events() if e.type is EventType.RESTARTING)
+    assert restart.failure is not None and restart.failure.rank == 1, restart
+    assert restart.failure.exit_code == -9, restart.failure
+    # attempt 2 continued from the latest checkpoint, it did not start again from step 1
+    attempt2 = [r["step"] for r in job.metric_rows() if r["step"] <= killed_after + 10]
+    assert attempt2.count(1) == 1, "the metric history restarted from step 1"
+    assert f"resumed from step {killed_after}" in job.logs(0) or any(
+        f"resumed from step {s}" in job.logs(0) for s in range(killed_after, killed_after + 11, 10)
+    )
+    assert [c.step for c in job.checkpoints()][-1] == 60
+    jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
+    assert sorted(jobs) == [f"job.batch/{job.id}-a1", f"job.batch/{job.id}-a2"]
+
+
+def test_a_failing_rank_fails_the_job_with_its_traceback(make_pool: Any) -> None:
+    pool = make_pool()
+    spec = tiny("fails", env={"TINY_FAIL_RANK": "3", "TINY_FAIL_STEP": "5"})
+    job = api.submit(spec, pool.backend)
+    assert job.wait(timeout=240) is JobState.FAILED
+    failure = job.failure
+    assert failure is not None and (failure.rank, failure.node) == (3, 1), failure
+    assert failure.exception == "RuntimeError"
+    assert "injected failure on rank 3 at step 5" in failure.traceback
+    cr = json.loads(
+        pool.cluster.kubectl("get", "trainjob", job.id, "-n", pool.namespace, "-o", "json").stdout
+    )
+    assert cr["status"]["state"] == "FAILED" and cr["status"]["failure"]["rank"] == 3
+
+
+def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None:
+    pool = make_pool({"team-a": {"gpus": 4}, "team-b": {"gpus": 4}})
+    slow = {"TINY_STEPS": "40", "TINY_STEP_SLEEP": "0.2"}
+    a1 = api.submit(tiny("a1", "team-a", env=slow), pool.backend)
+    a2 = api.submit(tiny("a2", "team-a", env=slow), pool.backend)
+    b1 = api.submit(tiny("b1", "team-b", env=slow), pool.backend)
+    wait_for(
+        lambda: b1.status is JobState.RUNNING and a1.status is JobState.RUNNING,
+        180,
+        "a1 and b1 running",
+    )
+    waiting = a2.status_record()
+    assert (waiting.state, waiting.queue_position) == (JobState.QUEUED, 1), waiting
+    assert "4 more needed" in waiting.message, waiting.message
+    assert a1.wait(timeout=240) is JobState.SUCCEEDED
+    assert a2.wait(timeout=240) is JobState.SUCCEEDED
+    assert b1.wait(timeout=60) is JobState.SUCCEEDED
+    started = {
+        j.name: next(e.time for e in j.events() if e.type is EventType.STARTING) for j in (a1, a2)
+    }
+    ended_a1 = a1.events()[-1].time
+    assert started["a2"] >= ended_a1 - 1.0, "a2 started before a1 gave its GPUs back"
+
+
+def test_preempted_borrower_resumes_from_its_checkpoint(make_pool: Any) -> None:
+    pool = make_pool(
+        {
+            "lender": {"gpus": 4, "cohort": "research"},
+            "borrower": {"gpus": 4, "cohort": "research", "borrow": 4},
+        }
+    )
+    borrower = api.submit(
+        tiny("big", "borrower", nodes=2, gpus=4,  # 8 GPUs: 4 of them borrowed from the lender
+             env={"TINY_STEPS": "80", "TINY_CKPT_EVERY": "5", "TINY_STEP_SLEEP": "0.2"}),
+        pool.backend,
+    )  # fmt: skip
+    wait_for(
+        lambda: any(c.step >= 5 for c in borrower.checkpoints()), 240, "the borrower's checkpoint"
+    )
+    lender = api.submit(tiny("reclaim", "lender", nodes=1, gpus=2), pool.backend)
+    assert lender.wait(timeout=240) is JobState.SUCCEEDED
+    assert borrower.wait(timeout=300) is JobState.SUCCEEDED, borrower.logs(0)
+    kinds = [e.type for e in borrower.events()]
+    assert EventType.PREEMPTED in kinds and EventType.RESTARTING not in kinds, kinds
+    preempted = kinds.index(EventType.PREEMPTED)
+    assert kinds[preempted:] == [
+        EventType.PREEMPTED, EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
+        EventType.SUCCEEDED,
+    ]  # fmt: skip
+    assert "resumed from step" in borrower.logs(0)
+    steps = [r["step"] for r in borrower.metric_rows()]
+    assert steps.count(1) == 1 and steps[-1] == 80
+
+
+def test_a_restarted_controller_loses_and_duplicates_nothing(make_pool: Any) -> None:
+    pool = make_pool()
+    job = api.submit(
+        tiny("survivor", env={"TINY_STEPS": "40", "TINY_STEP_SLEEP": "0.2"}), pool.backend
+    )
+    wait_for(lambda: job.status is JobState.RUNNING, 180, "running")
+    pool.stop_controller()
+    time.sleep(3)
+    pool.start_controller()
+    assert job.wait(timeout=240) is JobState.SUCCEEDED
+    assert [e.type for e in job.events()] == [
+        EventType.QUEUED, EventType.STARTING, EventType.RUNNING, EventType.SUCCEEDED,
+    ]  # fmt: skip
+    jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
+    assert jobs == [f"job.batch/{job.id}-a1"]
+
+
+def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
+    make_pool: Any,
+) -> None:
+    pool = make_pool()
+    body = {
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": "by-hand", "namespace": pool.namespace},
+        "spec": {"nodes": 1, "gpusPerNode": 2, "script": TINY, "env": {"TINY_STEPS": "10"}},
+    }
+    done = pool.cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    assert done.stdout.strip() == "trainjob.aviflow.dev/by-hand created"
+    job = api.get(
+        wait_for(lambda: "by-hand" in pool.backend.list_ids() and "by-hand", 60, "its run dir"),
+        pool.backend,
+    )
+    assert job.wait(timeout=180) is JobState.SUCCEEDED
+    assert job.meta.user == f"kubectl-{pool.namespace}"
+    assert [r["step"] for r in job.metric_rows()][-1] == 10
+    # a scriptFile TrainJob cannot run without its code: refused on its status, nothing made
+    body["metadata"]["name"] = "no-code"
+    body["spec"] = {"scriptFile": "train.py"}
+    pool.cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    status = wait_for(
+        lambda: json.loads(
+            pool.cluster.kubectl(
+                "get", "trainjob", "no-code", "-n", pool.namespace, "-o", "json"
+            ).stdout
+        ).get("status"),
+        30,
+        "the refusal",
+    )
+    assert status["state"] == "FAILED" and "scriptFile needs the code" in status["message"]
+    assert "no-code" not in pool.backend.list_ids()
