@@ -94,6 +94,16 @@ def _progress_printer() -> Callable[[Job, JobStatus], None]:
 
 
 def cmd_submit(ns: argparse.Namespace) -> int:
+    if ns.dry_run:
+        spec, _ = api.load_spec(ns.file)
+        rendered = _backend(ns).render(spec)
+        if rendered is None:
+            print("aviflow: this backend cannot show what it would create", file=sys.stderr)
+            return 2
+        import yaml
+
+        print(yaml.safe_dump_all(rendered, sort_keys=False), end="")
+        return 0
     job = api.submit(ns.file, backend=_backend(ns))
     print(job.id, flush=True)
     if not ns.wait:
@@ -234,6 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--wait", action="store_true", help="follow the job until it finishes")
     p.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be created (Kubernetes manifests, or each node's command) and submit nothing",
+    )
     p.set_defaults(func=cmd_submit)
 
     sub.add_parser("ls", help="list jobs").set_defaults(func=cmd_ls)

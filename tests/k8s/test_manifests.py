@@ -189,3 +189,23 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
                 assert stored["metadata"]["labels"][m.QUEUE_LABEL] == obj["spec"]["template"][
                     "metadata"
                 ]["labels"].get(m.QUEUE_LABEL, obj["metadata"]["labels"][m.QUEUE_LABEL])
+
+
+def test_cli_dry_run_prints_the_exact_manifests_and_submits_nothing(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    from aviflow.cli import main
+
+    settings = tmp_path / "cluster.yaml"
+    settings.write_text(
+        yaml.safe_dump({"namespace": "ml-jobs", "runs": {"localPath": str(tmp_path / "runs")}})
+    )
+    monkeypatch.setenv("AVIFLOW_K8S_CONFIG", str(settings))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(BIG.to_yaml())
+    assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["TrainJob", "Service", "Job"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"ml-jobs"}
+    assert docs[2]["spec"]["activeDeadlineSeconds"] == 4 * 3600
+    assert not (tmp_path / "runs").exists()

@@ -270,3 +270,25 @@ def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
     )
     assert status["state"] == "FAILED" and "scriptFile needs the code" in status["message"]
     assert "no-code" not in pool.backend.list_ids()
+
+
+def test_accelerates_own_test_script_passes_as_a_trainjob(make_pool: Any) -> None:
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    script = (
+        Path(find_spec("accelerate").origin).parent / "test_utils" / "scripts" / "test_script.py"
+    )  # type: ignore[arg-type]
+    pool = make_pool()
+    # 2 nodes x 1 process: the script hard-codes two processes in one of its checks
+    job = api.submit(
+        {
+            "metadata": {"name": "accelerate-test-script"},
+            "spec": {"nodes": 2, "gpusPerNode": 1, "scriptFile": str(script)},
+        },
+        pool.backend,
+    )
+    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.logs(0, tail=60)
+    log0 = job.logs(0)
+    assert "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo" in log0
+    assert "Num processes: 2" in log0 and "**Breakpoint trigger test**" in log0
