@@ -25,13 +25,14 @@ from typing import Any
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
-from aviflow.errors import BackendError
+from aviflow.errors import AviflowError, BackendError
 from aviflow.k8s import manifests as m
 from aviflow.k8s.client import api_client
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads, queue_quota
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.names import slugify
-from aviflow.records import JobStatus, Owner
+from aviflow.records import JobStatus, Owner, QueueQuota
 from aviflow.spec import TrainJob
 from aviflow.store import RunStore
 
@@ -140,6 +141,44 @@ class KubernetesBackend(StoreReads, Backend):
             f"cancel of {job_id}: the controller has not stopped the job in {CANCEL_WAIT:.0f}s; "
             "is `python -m aviflow.operator` running?"
         )
+
+    def queues(self) -> list[QueueQuota]:
+        """Every LocalQueue of the namespace with its ClusterQueue's GPU quota and use, and
+        the Aviflow jobs waiting in it in Kueue's order (its visibility API)."""
+        from kubernetes.client.exceptions import ApiException
+
+        custom, ns = self._custom(), self.settings.namespace
+        try:
+            local_queues = custom.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues"
+            )["items"]
+        except ApiException as exc:
+            raise BackendError(f"cannot read Kueue's LocalQueues in {ns}: {_reason(exc)}") from None
+        out = []
+        for lq in sorted(local_queues, key=lambda q: q["metadata"]["name"]):
+            try:
+                cq = custom.get_cluster_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
+                )
+            except ApiException:
+                cq = {}
+            pending = pending_workloads(self.api, ns, lq["metadata"]["name"]) or []
+            out.append(queue_quota(lq, cq, pending, self._pending_job, self.settings.gpu_resource))
+        return out
+
+    def quota(self, queue: str) -> QueueQuota | None:
+        return next((q for q in self.queues() if q.queue == queue), None)
+
+    def _pending_job(self, workload: dict[str, Any]) -> tuple[str, str, int] | None:
+        job_name = owner_job(workload)
+        if job_name is None or "-a" not in job_name:
+            return None
+        job_id = job_name.rsplit("-a", 1)[0]
+        try:
+            run = self.run_dir(job_id)
+            return job_id, run.meta().user, run.spec().spec.total_gpus
+        except AviflowError:
+            return None
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """The TrainJob, its Service and attempt 1's Job, with placeholders for what only

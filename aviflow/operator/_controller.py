@@ -29,6 +29,7 @@ from aviflow.errors import AviflowError, SpecError
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.kueue import owner_job, pending_workloads
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
     Action,
@@ -60,6 +61,7 @@ BINDING = "k8s.json"  # in the run dir: which TrainJob (namespace, uid) drives i
 DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time limit
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
+POSITIONS_TTL = 1.0
 
 
 @dataclass
@@ -167,6 +169,8 @@ class Controller:
         )
         self._informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
         self._deleted: dict[str, Obj] = {}
+        self._positions_lock = threading.Lock()
+        self._position_cache: dict[str, tuple[float, dict[str, int]]] = {}
 
     # -- running ---------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> None:
@@ -415,11 +419,11 @@ class Controller:
         position, message = None, None
         if lc.state is JobState.QUEUED:
             wl = snap.workloads.get(lc.attempt + 1)
-            positions = queue_positions(self.workloads.items())
+            name = m.attempt_name(job_id, lc.attempt + 1)
             for obj in self.workloads.items():
-                owners = obj["metadata"].get("ownerReferences") or []
-                if any(o.get("name") == m.attempt_name(job_id, lc.attempt + 1) for o in owners):
-                    position = positions.get((self.ns, obj["metadata"]["name"]))
+                if owner_job(obj) == name:
+                    queue = (obj.get("spec") or {}).get("queueName", "")
+                    position = self._positions(queue).get(obj["metadata"]["name"])
             if wl is not None and wl.pending:
                 message = f"waiting for admission: {wl.pending}"
         status = lc.status(position, message)
@@ -434,6 +438,26 @@ class Controller:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+
+    def _positions(self, queue: str) -> dict[str, int]:
+        """1-based positions of the LocalQueue's pending workloads, from Kueue's visibility
+        API (read at most once a second per queue), else derived from the Workloads."""
+        now = time.monotonic()
+        with self._positions_lock:
+            cached = self._position_cache.get(queue)
+            if cached is not None and now - cached[0] < POSITIONS_TTL:
+                return cached[1]
+        pending = pending_workloads(self.api, self.ns, queue) if queue else None
+        if pending is not None:
+            found = {
+                i["metadata"]["name"]: int(i.get("positionInLocalQueue", 0)) + 1 for i in pending
+            }
+        else:
+            derived = queue_positions(self.workloads.items())
+            found = {name: pos for (_, name), pos in derived.items()}
+        with self._positions_lock:
+            self._position_cache[queue] = (now, found)
+        return found
 
     def _record_deleted(self, cr: Obj) -> None:
         """The TrainJob was deleted (its children go with it): record the end if it had none."""

@@ -179,6 +179,10 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     waiting = a2.status_record()
     assert (waiting.state, waiting.queue_position) == (JobState.QUEUED, 1), waiting
     assert "4 more needed" in waiting.message, waiting.message
+    queues = {q.queue: q for q in pool.backend.queues()}  # from Kueue (visibility API)
+    a, b = queues["team-a"], queues["team-b"]
+    assert (a.gpu_quota, a.gpus_in_use, a.pending_count, b.gpus_in_use) == (4, 4, 1, 4)
+    assert [(p.id, p.position, p.gpus) for p in a.pending] == [(a2.id, 1, 4)]
     assert a1.wait(timeout=240) is JobState.SUCCEEDED
     assert a2.wait(timeout=240) is JobState.SUCCEEDED
     assert b1.wait(timeout=60) is JobState.SUCCEEDED
