@@ -18,6 +18,10 @@ Fixtures here:
     A real Kubernetes control plane with Kueue and fake HGX/CPU nodes whose pods run as
     local processes (session-scoped; built from Go modules on first use), and a fresh
     namespace per test. See ``tests/cluster/README.md``.
+``crd_installed``, ``make_pool``
+    The TrainJob CRD on that cluster (session), and ``make_pool(teams, controller=True)``: a
+    namespace wired for Aviflow (Kueue queues per team, the run-store volume, the controller
+    in this process, a ``KubernetesBackend``). See ``tests/k8s/aviflow_pool.py``.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ import pytest
 from aviflow import _procs
 from aviflow.backends.local import LocalBackend
 
-# The real control plane (tests/cluster): `k8s_cluster` and `k8s_namespace` for every layer.
+# The real control plane (tests/cluster): `k8s_cluster` and `k8s_namespace` for every layer;
+# Aviflow on it (tests/k8s/aviflow_pool.py): `crd_installed`, `make_pool`.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
-pytest_plugins = ["aviflow_testcluster.pytest_plugin"]
+sys.path.insert(0, str(Path(__file__).resolve().parent / "k8s"))
+pytest_plugins = ["aviflow_testcluster.pytest_plugin", "aviflow_pool"]
 
 
 @pytest.fixture

@@ -252,12 +252,37 @@ class ApiSection(StrictModel):
         default_factory=LocalBackendSection,  # type: ignore[arg-type]
         description="Settings of the local backend.",
     )
+    kubernetes: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings of the kubernetes backend (aviflow.k8s.settings.ClusterSettings, "
+        "plus kubeconfig and context); runs.localPath defaults to the run root.",
+    )
     ingest_every: float = Field(
         1.0,
         alias="ingestEvery",
         gt=0,
         description="Seconds between two reads of the backend's change feed.",
     )
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _kubernetes(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_kubernetes(v)
+
+
+def _check_kubernetes(section: dict[str, Any]) -> dict[str, Any]:
+    """``api.kubernetes``: the cluster settings, checked now so a typo fails the hub's start."""
+    from aviflow.k8s.settings import ClusterSettings
+
+    settings = {k: v for k, v in section.items() if k not in ("kubeconfig", "context")}
+    for key in ("kubeconfig", "context"):
+        if key in section and not isinstance(section[key], str):
+            raise ValueError(f"{key} must be a string")
+    try:
+        ClusterSettings.from_dict(settings)
+    except AviflowError as exc:
+        raise ValueError(str(exc).removeprefix("bad kubernetes settings: ")) from None
+    return section
 
 
 class HubConfig(StrictModel):
@@ -357,6 +382,12 @@ class HubConfig(StrictModel):
         """The configuration section of ``api.backend`` (empty for a backend without one)."""
         if self.api.backend == "local":
             return self.api.local.model_dump(by_alias=True)
+        if self.api.backend == "kubernetes":
+            section = dict(self.api.kubernetes)
+            runs = dict(section.get("runs") or {})
+            runs.setdefault("localPath", str(self.run_root()))
+            section["runs"] = runs
+            return section
         return {}
 
 

@@ -1,4 +1,5 @@
-"""Fixtures of the Kubernetes tests (the test control plane itself: ``tests/cluster``)."""
+"""Aviflow on the test control plane (``tests/cluster``): fixtures ``crd_installed`` and
+``make_pool`` for every test layer (registered by ``tests/conftest.py``)."""
 
 from __future__ import annotations
 

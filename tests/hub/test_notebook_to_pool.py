@@ -1,0 +1,161 @@
+"""The whole path on the test control plane: a KubeSpawner notebook pod on a CPU node runs
+``%load_ext aviflow`` and a ``%%aviflow_train --nodes 2`` cell; the job goes through
+aviflow-api (``api.backend: kubernetes``) into team a's LocalQueue, Kueue admits it, the
+controller runs it as an Indexed Job on fake HGX nodes, and the notebook gets the loss
+curve, the per-rank logs and the checkpoints back through aviflow-api.
+
+The hub, aviflow-api and the controller run on this machine (not as pods); see the gaps in
+tests/cluster/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
+
+TINY = files("aviflow.examples").joinpath("tiny_regression.py").read_text()
+CELL = f"""
+%load_ext aviflow
+get_ipython().run_cell_magic(
+    "aviflow_train",
+    "--nodes 2 --gpus-per-node 2 --name nb-to-pool --env TINY_STEPS=30 --env TINY_CKPT_EVERY=10 --out job --wait",
+    {TINY!r},
+)
+rows = job.metric_rows()
+print("backend", type(job.backend).__name__)
+print("state", job.status.value)
+print("queue", job.spec.spec.queue)
+print("steps", len(rows), "falls", rows[-1]["loss"] < rows[0]["loss"])
+print("checkpoints", [c.step for c in job.checkpoints()])
+print("ranks", sorted(job.backend.ranks(job.id)))
+print("rank3log", "=== attempt 1 rank 3" in job.logs(3))
+print("id", job.id)
+"""
+
+
+def _storage(api: client.ApiClient, name: str, path: Path) -> None:
+    client.StorageV1Api(api).create_storage_class(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        }
+    )
+    client.CoreV1Api(api).create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": name,
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+            },
+        }
+    )
+
+
+def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
+    make_pool: Any, hub_factory: Any, hub_config: Any, run_in_kernel: Any, tmp_path: Path
+) -> None:
+    pool = make_pool({"queue-a": {"gpus": 8}, "queue-b": {"gpus": 4}})
+    storage = f"aviflow-home-{uuid.uuid4().hex[:8]}"
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = hub_config()
+    cfg = hub_config(
+        hub={
+            **base["hub"],
+            "spawner": "kubernetes",
+            "namespace": pool.namespace,
+            "notebookPort": port,
+            "notebookBind": "podIP",
+            "notebookArgs": ["--allow-root"],
+        },
+        storage={"capacity": "1Gi", "storageClass": storage, "mountPath": str(tmp_path / "home")},
+        api={
+            **base["api"],
+            "backend": "kubernetes",
+            "runRoot": str(pool.root),
+            "kubernetes": {
+                "namespace": pool.namespace,
+                "kubeconfig": str(pool.cluster.kubeconfig),  # in a cluster: its service account
+                "python": sys.executable,
+                "image": "aviflow/trainer:test",
+            },
+        },
+    )
+    del cfg["api"]["local"]
+    with pool.cluster.api_client() as api:
+        _storage(api, storage, tmp_path / "pv")
+        try:
+            hub = hub_factory(cfg, env={"KUBECONFIG": str(pool.cluster.kubeconfig)})
+            alice = hub.token("alice")
+            hub.spawn("alice", alice, {"profile": "small"}, timeout=900)
+            out, error = run_in_kernel(f"{hub.url}/user/alice/", alice, CELL, timeout=600)
+            assert error is None, (error, out)
+            lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+            assert lines.get("backend") == "HubBackend", out
+            assert (lines["state"], lines["queue"]) == ("SUCCEEDED", "queue-a")
+            assert lines["steps"] == "30 falls True"
+            assert lines["checkpoints"] == "[10, 20, 30]"
+            assert lines["ranks"] == "[0, 1, 2, 3]" and lines["rank3log"] == "True"
+            job_id = lines["id"]
+            # it ran as a TrainJob in team a's LocalQueue, admitted by Kueue, on HGX nodes
+            cr = json.loads(
+                pool.cluster.kubectl(
+                    "get", "trainjob", job_id, "-n", pool.namespace, "-o", "json"
+                ).stdout
+            )
+            assert cr["spec"]["queue"] == "queue-a" and cr["status"]["state"] == "SUCCEEDED"
+            assert cr["metadata"]["annotations"]["aviflow.dev/user"] == "alice"
+            pods = json.loads(
+                pool.cluster.kubectl(
+                    "get",
+                    "pods",
+                    "-n",
+                    pool.namespace,
+                    "-l",
+                    f"aviflow.dev/job={job_id}",
+                    "-o",
+                    "json",
+                ).stdout
+            )["items"]
+            assert len(pods) == 2 and all(p["spec"]["nodeName"].startswith("hgx-") for p in pods)
+            # the ledger of aviflow-api recorded the run: one admission of 4 GPUs for team a
+            usage = hub.call("GET", "usage", alice)
+            assert usage.status_code == 200, usage.text
+            [row] = usage.json()["rows"]
+            assert (row["key"], row["jobs"], row["attempts"], row["preemptions"]) == (
+                "team-a",
+                1,
+                1,
+                0,
+            )
+            assert 4 * 5 < row["gpu_seconds"] < 4 * 300, row
+            hub.stop_server("alice", alice)
+        finally:
+            for delete in (
+                client.CoreV1Api(api).delete_persistent_volume,
+                client.StorageV1Api(api).delete_storage_class,
+            ):
+                try:
+                    delete(storage)
+                except client.ApiException:
+                    pass
