@@ -6,6 +6,7 @@
 #   make cluster-down    stop it and check no process is left
 #   make cluster-status  show pids/ports of the running cluster
 #   make test-cluster    run the cluster smoke tests
+#   make cluster-aviflow Aviflow on it (CRD, queues, run store) and the controller
 
 CLUSTER_PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 CLUSTER_DIR ?= .cluster
@@ -28,3 +29,8 @@ cluster-status:
 
 test-cluster:
 	$(CLUSTER_PYTHON) -m pytest tests/cluster -m cluster $(PYTEST_ARGS)
+
+# Aviflow on the running cluster: CRD, queues, run store, and the controller in the foreground
+.PHONY: cluster-aviflow
+cluster-aviflow:
+	$(CLUSTER_PYTHON) tools/cluster_aviflow.py
