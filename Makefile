@@ -8,7 +8,7 @@ STAMP := $(VENV)/.aviflow-installed
 UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format sysdeps bench clean
+.PHONY: venv demo test lint format sysdeps bench bench-admission clean
 .PHONY: hub
 
 $(STAMP): pyproject.toml constraints.txt
@@ -47,6 +47,10 @@ bench: venv
 	$(PY) bench/import_magic.py
 	$(PY) bench/panel.py
 	$(PY) bench/launch.py
+
+# TrainJob admission on the test control plane vs plain Kueue Jobs (builds it on first use)
+bench-admission: venv
+	$(PY) bench/admission.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
