@@ -43,6 +43,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
+from aviflow.names import is_dns1123_label
 from aviflow.operator._informer import Informer, Obj
 from aviflow.operator._observe import (
     AttemptJob,
@@ -62,6 +63,8 @@ DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time 
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
 POSITIONS_TTL = 1.0
+# <id>-a<attempt>-<index> is a pod hostname (at most 63): room for 3-digit attempts and indexes
+MAX_NAME = 52
 
 
 @dataclass
@@ -232,10 +235,7 @@ class Controller:
         for ref in obj["metadata"].get("ownerReferences") or []:
             if ref.get("kind") == "Job" and "-a" in ref.get("name", ""):
                 self.queue.put(ref["name"].rsplit("-a", 1)[0])
-        # a change in any workload can move others' queue positions
-        for other in self.trainjobs.items():
-            if (other.get("status") or {}).get("state") == "QUEUED":
-                self.queue.put(other["metadata"]["name"])
+        # others' queue positions move too: the ticker reconciles every active job each second
 
     # -- one job ---------------------------------------------------------------------------------
     def reconcile(self, job_id: str) -> None:
@@ -489,6 +489,13 @@ class Controller:
         the reason on the TrainJob's status) when the id belongs to another TrainJob."""
         meta = cr["metadata"]
         name = meta["name"]
+        if not is_dns1123_label(name, MAX_NAME):
+            self._refuse(
+                cr,
+                f"a TrainJob's name is its job id: at most {MAX_NAME} lowercase letters, digits "
+                f"and '-', starting and ending with a letter or digit (got {name!r})",
+            )
+            return None
         path = self.store.locate(name)
         if path is None:
             return self._adopt(cr)

@@ -274,6 +274,22 @@ def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
     )
     assert status["state"] == "FAILED" and "scriptFile needs the code" in status["message"]
     assert "no-code" not in pool.backend.list_ids()
+    # a name that cannot be a job id (a dot; the API server allows it) is refused the same way
+    body["metadata"]["name"] = "with.dot"
+    body["spec"] = {"script": "print(1)"}
+    pool.cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    status = wait_for(
+        lambda: json.loads(
+            pool.cluster.kubectl(
+                "get", "trainjob", "with.dot", "-n", pool.namespace, "-o", "json"
+            ).stdout
+        ).get("status"),
+        30,
+        "the refusal of with.dot",
+    )
+    assert status["state"] == "FAILED" and "a TrainJob's name is its job id" in status["message"]
+    jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
+    assert jobs == ["job.batch/by-hand-a1"]
 
 
 def test_accelerates_own_test_script_passes_as_a_trainjob(make_pool: Any) -> None:
