@@ -1,8 +1,8 @@
 """One lifecycle for every backend: observations in, events and actions out. Pure.
 
-A driver (the local supervisor today, the Kubernetes controller next) tells the lifecycle
-what it saw (:data:`Observation`: admission, nodes up, a node's exit, the attempt's end,
-a cancel request, an eviction, the clock) and carries out what it is told
+A driver (the local supervisor, the Kubernetes controller) tells the lifecycle
+what it saw (:data:`Observation`: admission, nodes up, a node's exit, a hang, the attempt's
+end, a cancel request, an eviction, the clock) and carries out what it is told
 (:data:`Action`: start attempt N, stop attempt N). The lifecycle decides the rest, the same
 way everywhere: synchronous training fails as a group (one node down stops the attempt),
 a failed attempt restarts the whole group from the latest checkpoint while ``maxRestarts``
@@ -101,6 +101,16 @@ class CancelRequested:
 
 
 @dataclass(frozen=True)
+class Hung:
+    """The running ``attempt`` made no progress for ``spec.hangTimeout`` (see
+    :mod:`aviflow.hang`): it is stopped as a failure, then restarted or failed."""
+
+    time: float
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class Evicted:
     """The running attempt lost its admission; ``preempted``: to another workload."""
 
@@ -128,7 +138,7 @@ class Tick:
 
 
 Observation = (
-    Admitted | NodesUp | NodeExited | AttemptEnded | CancelRequested | Evicted | Lost | Tick
+    Admitted | NodesUp | NodeExited | Hung | AttemptEnded | CancelRequested | Evicted | Lost | Tick
 )
 
 
@@ -227,6 +237,8 @@ class Lifecycle:
                 return self._emit([Event(EventType.RUNNING, obs.attempt, "running", obs.time)])
             case NodeExited() if obs.attempt == self.attempt and obs.code != 0:
                 return self._stop(_Why.FAILURE, f"node {obs.node} exited with {obs.code}")
+            case Hung() if obs.attempt == self.attempt and self.state.is_active():
+                return self._stop(_Why.FAILURE, f"hung: {obs.reason}")
             case AttemptEnded() if obs.attempt == self.attempt and self.state.is_active():
                 return self._ended(obs)
             case CancelRequested():

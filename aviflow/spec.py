@@ -262,6 +262,14 @@ class TrainJobSpec(StrictModel):
         description="The most time the job may hold its GPUs, over all attempts, e.g. '4h'.",
         json_schema_extra=_schema(pattern=_DURATION.pattern),
     )
+    hang_timeout: str = Field(
+        "30m",
+        alias="hangTimeout",
+        description="A running attempt with a rank that stops beating, or (once it logs steps) "
+        "with no step, for this long is reported as hung with the ranks' stacks, then restarted "
+        "or failed.",
+        json_schema_extra=_schema(pattern=_DURATION.pattern),
+    )
     resume_from: ResumeFrom | None = Field(
         None,
         alias="resumeFrom",
@@ -350,6 +358,14 @@ class TrainJobSpec(StrictModel):
                 raise ValueError(f"{key}: value has a NUL byte or is longer than 32768 characters")
         return v
 
+    @field_validator("hang_timeout")
+    @classmethod
+    def _hang_timeout(cls, v: str) -> str:
+        seconds = parse_duration(v)
+        if not 1 <= seconds <= MAX_TIME_LIMIT:
+            raise ValueError(f"{v!r} is out of range; give 1s to 30d, e.g. '30m'")
+        return v
+
     @field_validator("time_limit")
     @classmethod
     def _time_limit(cls, v: str | None) -> str | None:
@@ -384,6 +400,10 @@ class TrainJobSpec(StrictModel):
     @property
     def total_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def hang_timeout_seconds(self) -> int:
+        return parse_duration(self.hang_timeout)
 
     @property
     def time_limit_seconds(self) -> int | None:

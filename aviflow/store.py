@@ -14,6 +14,9 @@ above it; no other module spells a file name of the store. The layout::
         logs/rank-<r>.log            each process's output
         failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised
         heartbeats/node-<n>.json     refreshed by each node's runtime
+        heartbeats/attempt-<a>-rank-<r>.json   refreshed by each rank's watchdog
+        stacks/attempt-<a>-rank-<r>.txt        a rank's Python stacks (hang reports);
+                                     attempt-<a>-hang.json the hang the driver declared
         metrics.jsonl                one MetricRow per logged step
         checkpoints/step-<N>/        complete ones carry aviflow-checkpoint.json
         supervisor.{lock,json,log}, processes.json, cancel-requested   (local backend only)
@@ -277,6 +280,20 @@ class RunDir:
     def heartbeat_path(self, node: int) -> Path:
         return self.heartbeats_dir / f"node-{int(node)}.json"
 
+    def rank_heartbeat_path(self, attempt: int, rank: int) -> Path:
+        return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
+
+    def stack_path(self, attempt: int, rank: int) -> Path:
+        return self.path / "stacks" / f"attempt-{int(attempt)}-rank-{int(rank)}.txt"
+
+    def stack_request_path(self, attempt: int) -> Path:
+        """Its presence asks every rank of ``attempt`` to write its Python stacks."""
+        return self.path / "stacks" / f"attempt-{int(attempt)}.requested"
+
+    def hang_path(self, attempt: int) -> Path:
+        """The hang the driver declared for ``attempt`` (a FailureInfo)."""
+        return self.path / "stacks" / f"attempt-{int(attempt)}-hang.json"
+
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints_dir / checkpoint_name(step)
 
@@ -390,6 +407,36 @@ class RunDir:
 
     def write_heartbeat(self, node: int, beat: dict[str, Any]) -> None:
         atomic_write(self.heartbeat_path(node), json.dumps(beat))
+
+    def rank_beats(self, attempt: int, world: int) -> dict[int, float]:
+        """When each rank of ``attempt`` last beat (ranks that never did are left out)."""
+        out = {}
+        for rank in range(world):
+            beat = read_json(self.rank_heartbeat_path(attempt, rank), None)
+            if isinstance(beat, dict) and isinstance(beat.get("time"), int | float):
+                out[rank] = float(beat["time"])
+        return out
+
+    def stacks(self, attempt: int, world: int) -> dict[int, str]:
+        """The Python stacks ranks of ``attempt`` wrote (on request or by their watchdog)."""
+        out = {}
+        for rank in range(world):
+            try:
+                text = self.stack_path(attempt, rank).read_text(errors="replace")
+            except OSError:
+                continue
+            if text.strip():
+                out[rank] = text
+        return out
+
+    def hang(self, attempt: int) -> FailureInfo | None:
+        """The hang the driver declared for ``attempt``, if it did."""
+        data = read_json(self.hang_path(attempt), None)
+        return FailureInfo.from_dict(data) if isinstance(data, dict) else None
+
+    def write_hang(self, record: FailureInfo) -> None:
+        self.hang_path(record.attempt).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.hang_path(record.attempt), json.dumps(record.to_dict()))
 
 
 def read_log(

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from aviflow import _procs
+from aviflow import _procs, hang
 from aviflow.backends._admission import decide
 from aviflow.backends.local import QUEUE_LOCK, read_quotas, scan_queues
 from aviflow.failures import attribute
@@ -30,6 +30,7 @@ from aviflow.lifecycle import (
     Admitted,
     AttemptEnded,
     CancelRequested,
+    Hung,
     Lifecycle,
     Lost,
     NodeExited,
@@ -41,7 +42,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
-from aviflow.records import FailureInfo, JobState
+from aviflow.records import EventType, FailureInfo, JobState
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
@@ -138,6 +139,7 @@ class Supervisor:
                 attempt=attempt,
                 keep_last=self.job.spec.checkpoints.keep_last,
                 job_tag=self.run.id,
+                hang_timeout=self.job.spec.hang_timeout_seconds,
             )
             self.nodes.append(
                 subprocess.Popen(
@@ -176,8 +178,24 @@ class Supervisor:
             return
         self.observe(AttemptEnded(time.time(), attempt, codes, self._failure(attempt, codes)))
 
+    def _hung(self, attempt: int, now: float) -> bool:
+        """Whether the running attempt is hung (then it was told to the lifecycle)."""
+        spec = self.job.spec
+        running = next(e.time for e in reversed(self.lc.events) if e.type is EventType.RUNNING)
+        found = hang.watch(
+            self.run, attempt, spec.hang_timeout_seconds, running, spec.total_gpus,
+            spec.gpus_per_node, now,
+        )  # fmt: skip
+        if found is None:
+            return False
+        self.observe(Hung(now, attempt, found.message))
+        return True
+
     def _failure(self, attempt: int, codes: dict[int, int | None]) -> FailureInfo | None:
         """Who failed first, and why (see :mod:`aviflow.failures`)."""
+        hung = self.run.hang(attempt)
+        if hung is not None:
+            return hung
         if all(c in (None, 0) for c in codes.values()) and not self.run.failures(attempt):
             return None
         records = self.run.failures(attempt)
@@ -213,6 +231,8 @@ class Supervisor:
             codes = self._codes()
             if self.lc.state is JobState.STARTING and self._nodes_up(attempt):
                 self.observe(NodesUp(now, attempt))
+            if self.lc.state is JobState.RUNNING and self._hung(attempt, now):
+                continue
             if codes and all(c == 0 for c in codes.values()):
                 self.observe(AttemptEnded(now, attempt, codes))
                 continue

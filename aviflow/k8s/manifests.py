@@ -163,6 +163,7 @@ def attempt_job(
         keep_last=spec.checkpoints.keep_last,
         log_to_store=False,  # the node's output is the pod's log
         resume_dir=RESUME_MOUNT if resume_subpath else None,  # type: ignore[arg-type]
+        hang_timeout=spec.hang_timeout_seconds,
     )
     pod_labels = {**labels(ref), LABEL_ATTEMPT: str(attempt)}
     job_labels = {**MANAGED_BY, **pod_labels, QUEUE_LABEL: spec.queue}

@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from aviflow import hang
 from aviflow.attempts import held_seconds
 from aviflow.bundle import build_bundle
 from aviflow.errors import AviflowError, SpecError
@@ -35,6 +36,7 @@ from aviflow.lifecycle import (
     Action,
     AttemptEnded,
     CancelRequested,
+    Hung,
     Lifecycle,
     Lost,
     Observation,
@@ -53,7 +55,7 @@ from aviflow.operator._observe import (
     next_observation,
     queue_positions,
 )
-from aviflow.records import CheckpointRef, Event, FailureInfo, JobState, JobStatus
+from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
 
@@ -273,11 +275,18 @@ class Controller:
             feed(CancelRequested(now, cancel or "cancelled"))
         feed(Tick(now))
         snap = self._snapshot(job_id, job, run)
+        if lc.state is JobState.RUNNING:
+            running = next(e.time for e in reversed(lc.events) if e.type is EventType.RUNNING)
+            spec = job.spec
+            hung = hang.watch(
+                run, lc.attempt, spec.hang_timeout_seconds, running, spec.total_gpus,
+                spec.gpus_per_node, now,
+            )  # fmt: skip
+            if hung is not None:
+                feed(Hung(now, lc.attempt, hung.message))
         for _ in range(MAX_STEPS):
             obs = next_observation(lc, snap, now)
-            if isinstance(obs, AttemptEnded) and any(
-                c not in (None, 0) for c in obs.codes.values()
-            ):
+            if isinstance(obs, AttemptEnded) and not all(c == 0 for c in obs.codes.values()):
                 obs = AttemptEnded(obs.time, obs.attempt, obs.codes, self._failure(run, job, obs))
             before = len(lc.events), lc.stopping
             feed(obs)
@@ -322,6 +331,9 @@ class Controller:
         return Snapshot(job.spec.nodes, jobs, pods, workloads, beats)
 
     def _failure(self, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
+        hung = run.hang(obs.attempt)
+        if hung is not None:
+            return hung
         records = run.failures(obs.attempt)
         node_logs = {n: self._pod_log(run.id, obs.attempt, n) for n in obs.codes}
         ranks = {r.rank for r in records if r.rank is not None}

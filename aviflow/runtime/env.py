@@ -16,6 +16,8 @@ these names.
 ``AVIFLOW_LOG_TO_STORE``   ``0``: leave the node's output on stdout (a pod's log) instead
 ``AVIFLOW_DEVICE``         ``gpu`` / ``cpu``: override the GPU detection (a user setting)
 ``AVIFLOW_JOB_TAG``        the local backend's process tag (every process of a local job)
+``AVIFLOW_HANG_TIMEOUT``   seconds without progress after which a rank's watchdog dumps its
+                           stacks by itself (``spec.hangTimeout``)
 ``AVIFLOW_RESUME_DIR``     where ``spec.resumeFrom``'s checkpoint is mounted (read-only), when
                            the run store is not mounted whole (a pod on the cluster)
 =========================  ===============================================================
@@ -46,13 +48,14 @@ LOG_TO_STORE = "AVIFLOW_LOG_TO_STORE"
 DEVICE = "AVIFLOW_DEVICE"
 JOB_TAG = "AVIFLOW_JOB_TAG"
 RESUME_DIR = "AVIFLOW_RESUME_DIR"
+HANG_TIMEOUT = "AVIFLOW_HANG_TIMEOUT"
 PROCESS_RANK = "RANK"  # accelerate launch / torchrun, per process
 DEFAULT_MAIN_PORT = 29500
 DEFAULT_KEEP_LAST = 3
 # Where the training-side API writes outside a job (a script tried in a notebook first).
 OUTSIDE_JOB_DIR = Path(".aviflow") / "run"
 NAMES = (RUN_DIR, NODE_RANK, NUM_NODES, MAIN_ADDR, MAIN_PORT, ATTEMPT, KEEP_LAST, LOG_TO_STORE,
-         DEVICE, JOB_TAG, RESUME_DIR)  # fmt: skip
+         DEVICE, JOB_TAG, RESUME_DIR, HANG_TIMEOUT)  # fmt: skip
 
 
 class RuntimeEnvError(ValueError):
@@ -74,6 +77,7 @@ class RuntimeEnv:
     device: str | None = None
     job_tag: str | None = None
     resume_dir: Path | None = None
+    hang_timeout: float | None = None
 
     def to_env(self, *, node_rank: bool = True) -> dict[str, str]:
         """The variables, as strings. ``node_rank=False`` leaves the node's index out (a pod
@@ -96,6 +100,8 @@ class RuntimeEnv:
             env[JOB_TAG] = self.job_tag
         if self.resume_dir is not None:
             env[RESUME_DIR] = str(self.resume_dir)
+        if self.hang_timeout is not None:
+            env[HANG_TIMEOUT] = f"{self.hang_timeout:g}"
         return env
 
     @classmethod
@@ -117,6 +123,7 @@ class RuntimeEnv:
             device=env.get(DEVICE) or None,
             job_tag=env.get(JOB_TAG) or None,
             resume_dir=Path(env[RESUME_DIR]) if env.get(RESUME_DIR) else None,
+            hang_timeout=_seconds(HANG_TIMEOUT, env.get(HANG_TIMEOUT)),
         )
 
     @classmethod
@@ -140,6 +147,18 @@ def process_rank(env: Mapping[str, str] | None = None) -> int:
 def without_runtime(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` minus every variable this module owns (a fresh base for a child's env)."""
     return {k: v for k, v in env.items() if k not in NAMES and k != COMPLETION_INDEX}
+
+
+def _seconds(name: str, text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise RuntimeEnvError(f"{name}={text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise RuntimeEnvError(f"{name}={value} must be above 0")
+    return value
 
 
 def _int(name: str, text: str, minimum: int = 0) -> int:

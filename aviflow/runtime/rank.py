@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from aviflow.records import FailureInfo
+from aviflow.runtime import watchdog
 from aviflow.runtime._output import redirect_output
 from aviflow.runtime.env import RuntimeEnv, process_rank
 from aviflow.store import RunDir
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(
         run.rank_log(rank), f"=== attempt {node.attempt} rank {rank} pid {os.getpid()} ===\n"
     )
+    watchdog.start(run, node, rank)  # heartbeats and stacks (a command exec'd below has none)
 
     if ns.exec:
         if not args:

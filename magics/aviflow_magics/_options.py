@@ -22,7 +22,9 @@ from aviflow._specdefs import GPUS_PER_HGX_NODE, MIXED_PRECISION
 RESUME_MODES = ("auto", "never")
 # Options that set a TrainJob ``spec`` field of the same (Python) name; the spec model gives
 # their YAML keys (``gpus_per_node`` -> ``gpusPerNode``) and checks their values.
-SPEC_FIELDS = ("nodes", "gpus_per_node", "queue", "image", "time_limit", "max_restarts")
+SPEC_FIELDS = (
+    "nodes", "gpus_per_node", "queue", "image", "time_limit", "hang_timeout", "max_restarts",
+)  # fmt: skip
 ACCELERATE_FIELDS = {"mixed_precision": "mixed_precision", "accelerate_config": "config_file"}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -42,6 +44,7 @@ class TrainOptions:
     name: str | None = None
     image: str | None = None
     time_limit: str | None = None
+    hang_timeout: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     max_restarts: int | None = None
     resume: str = "never"
@@ -177,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop the job after this long, e.g. --time-limit 90m or 2h",
     )
     a(
+        "--hang-timeout",
+        type=_nonempty,
+        metavar="DURATION",
+        help="report the job as hung (with each rank's stacks) and restart it after this long "
+        "without progress, e.g. --hang-timeout 10m (default 30m)",
+    )
+    a(
         "--env",
         type=_env_pair,
         action="append",
@@ -276,6 +286,7 @@ def parse_train_options(line: str) -> TrainOptions:
         name=ns.name,
         image=ns.image,
         time_limit=ns.time_limit,
+        hang_timeout=ns.hang_timeout,
         env=env,
         max_restarts=ns.max_restarts,
         resume=ns.resume,

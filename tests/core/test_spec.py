@@ -37,6 +37,7 @@ def test_v1_fixture_loads_and_round_trips():
     job = TrainJob.load(FIXTURES / "v1_full.yaml")
     assert job.spec.total_gpus == 32
     assert job.spec.time_limit_seconds == 4 * 3600
+    assert job.spec.hang_timeout_seconds == 20 * 60
     assert job.spec.accelerate.mixed_precision == "bf16"
     assert job.spec.accelerate.config_file == "fsdp.yaml"
     assert job.spec.checkpoints.keep_last == 5
@@ -57,6 +58,7 @@ def test_defaults_are_explicit_after_round_trip():
         "accelerate": {"mixedPrecision": "no"},
         "checkpoints": {"keepLast": 3},
         "maxRestarts": 0,
+        "hangTimeout": "30m",
     }
     assert json.loads(job.to_json())["apiVersion"] == "aviflow.dev/v1"
 
@@ -65,6 +67,14 @@ def test_defaults_are_explicit_after_round_trip():
     ("data", "expected"),
     [
         (with_spec(gpuPerNode=2), "spec.gpuPerNode: unknown key; did you mean 'gpusPerNode'?"),
+        (
+            with_spec(hangTimeout="0s"),
+            "spec.hangTimeout: '0s' is out of range; give 1s to 30d, e.g. '30m'",
+        ),
+        (
+            with_spec(hangTimeout=30),
+            "spec.hangTimeout: Input should be a valid string (got int 30)",
+        ),
         ({**BASE, "metdata": {"name": "x"}}, "metdata: unknown key; did you mean 'metadata'?"),
         (
             with_spec(accelerate={"mixedPrecison": "bf16"}),

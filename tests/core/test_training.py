@@ -125,6 +125,42 @@ def test_accelerate_test_script_as_2x2_fails_where_bare_accelerate_fails(local_b
     assert "torch.Size([0, 4]) != torch.Size([1, 4])" in failure.message
 
 
+def test_a_hung_rank_is_reported_with_every_ranks_stacks_and_the_group_restarts(
+    local_backend, leftover_processes
+):
+    # rank 1 stops making progress at step 4 of attempt 1 (a sleep, outside any collective);
+    # the other ranks wait in their next allreduce. No step for 20 s: hung (short timeouts
+    # also catch ranks that hold the GIL for seconds while importing torch on a busy machine).
+    job = aviflow.submit(
+        tiny(
+            "hangs",
+            env={"TINY_HANG_RANK": "1", "TINY_HANG_STEP": "4", "TINY_STEPS": "12"},
+            hangTimeout="20s",
+            maxRestarts=1,
+        ),
+        backend=local_backend,
+    )
+    assert job.wait(timeout=WAIT) == JobState.SUCCEEDED, job.logs(tail=40)
+    kinds = [e.type.value for e in job.events()]
+    assert kinds == [
+        "QUEUED",
+        "STARTING",
+        "RUNNING",
+        "RESTARTING",
+        "STARTING",
+        "RUNNING",
+        "SUCCEEDED",
+    ]
+    failure = next(e for e in job.events() if e.type.value == "RESTARTING").failure
+    assert (failure.exception, failure.rank, failure.attempt) == ("Hang", 0, 1), failure
+    assert failure.message == "no step logged for 20s (every rank alive)"
+    stacks = failure.traceback
+    assert [f"--- rank {r} ---" in stacks for r in range(4)] == [True] * 4, stacks
+    rank1 = stacks.split("--- rank 1 ---")[1].split("--- rank 2 ---")[0]
+    assert "tiny_regression.py" in rank1 and "in <module>" in rank1, rank1
+    assert leftover_processes(job.id) == []
+
+
 def test_one_rank_raising_fails_the_job_with_its_traceback(local_backend, leftover_processes):
     job = aviflow.submit(
         tiny("boom", env={"TINY_FAIL_RANK": "2", "TINY_FAIL_STEP": "3"}), backend=local_backend

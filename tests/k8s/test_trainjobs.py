@@ -312,3 +312,23 @@ def test_accelerates_own_test_script_passes_as_a_trainjob(make_pool: Any) -> Non
     log0 = job.logs(0)
     assert "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo" in log0
     assert "Num processes: 2" in log0 and "**Breakpoint trigger test**" in log0
+
+
+def test_a_hung_rank_is_reported_with_its_stacks_and_the_group_restarts(make_pool: Any) -> None:
+    pool = make_pool()
+    spec = tiny(
+        "hangs",
+        maxRestarts=1,
+        hangTimeout="20s",
+        env={"TINY_HANG_RANK": "3", "TINY_HANG_STEP": "4", "TINY_STEPS": "12"},
+    )
+    job = api.submit(spec, pool.backend)
+    assert job.wait(timeout=300) is JobState.SUCCEEDED, [(e.type, e.message) for e in job.events()]
+    restart = next(e for e in job.events() if e.type is EventType.RESTARTING)
+    failure = restart.failure
+    assert failure is not None and failure.exception == "Hang", failure
+    assert failure.message == "no step logged for 20s (every rank alive)"
+    rank3 = failure.traceback.split("--- rank 3 ---")[1]
+    assert "in <module>" in rank3, failure.traceback
+    jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
+    assert sorted(jobs) == [f"job.batch/{job.id}-a1", f"job.batch/{job.id}-a2"]

@@ -108,6 +108,7 @@ def test_spec_from_flags() -> None:
             "checkpoints": {"keepLast": 3},
             "maxRestarts": 2,
             "timeLimit": "90m",
+            "hangTimeout": "30m",
         },
     }
     assert gpu_hours_requested(job) == 12.0
@@ -323,6 +324,7 @@ def test_the_magic_options_are_derived_from_the_spec_model() -> None:
         "queue",
         "image",
         "timeLimit",
+        "hangTimeout",
         "maxRestarts",
     ]
     assert {spec_key(AccelerateSpec, f) for f in ACCELERATE_FIELDS.values()} == {

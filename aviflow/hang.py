@@ -1,0 +1,108 @@
+"""Hung attempts: when a running attempt counts as hung, and the failure it reports. Pure
+decisions plus :func:`watch`, which a driver (the local supervisor, the Kubernetes
+controller) calls on each pass.
+
+An attempt is hung when, for ``spec.hangTimeout``, a rank's watchdog has not beaten (its
+process is frozen or stuck holding the GIL), or -- once the job has logged a step in this
+attempt -- no step has been logged (every rank is alive but blocked, typically in a
+collective waiting for a peer). Jobs that never log steps are judged by heartbeats only, and
+ranks without a watchdog (commands) by nothing. The driver then asks every rank for its
+Python stacks, waits a few seconds for them, and records a :class:`FailureInfo` naming the
+silent ranks with their stacks; the lifecycle stops the attempt and restarts or fails it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from aviflow._units import format_duration
+from aviflow.records import FailureInfo
+from aviflow.store import RunDir
+
+STACK_WAIT = 10.0  # seconds to wait for the ranks' stacks once asked
+MAX_STACK_CHARS = 20_000
+
+
+def silent_ranks(
+    now: float,
+    timeout: float,
+    running_since: float,
+    beats: Mapping[int, float],
+    last_step: float | None,
+    world: int,
+) -> tuple[list[int], str] | None:
+    """``(ranks, why)`` if the attempt running since ``running_since`` is hung, else None."""
+    if now - running_since <= timeout:
+        return None
+    stale = sorted(r for r, t in beats.items() if now - max(t, running_since) > timeout)
+    if stale:
+        return stale, f"no heartbeat from rank(s) {stale} for {format_duration(timeout)}"
+    if last_step is not None and now - max(last_step, running_since) > timeout:
+        ranks = list(range(world))
+        return ranks, f"no step logged for {format_duration(timeout)} (every rank alive)"
+    return None
+
+
+def hang_failure(
+    attempt: int, ranks: list[int], why: str, stacks: Mapping[int, str], gpus_per_node: int
+) -> FailureInfo:
+    """The failure a hung attempt reports: the first silent rank, every silent rank's stacks."""
+    shown = [f"--- rank {r} ---\n{stacks[r].strip()}" for r in ranks if r in stacks]
+    missing = [r for r in ranks if r not in stacks]
+    if missing:
+        shown.append(f"(no stacks from rank(s) {missing})")
+    text = "\n".join(shown)
+    if len(text) > MAX_STACK_CHARS:
+        text = text[: MAX_STACK_CHARS - 20] + "\n... (cut)"
+    return FailureInfo(
+        rank=ranks[0],
+        node=ranks[0] // gpus_per_node,
+        attempt=attempt,
+        exception="Hang",
+        message=why,
+        traceback=text,
+        time=time.time(),
+    )
+
+
+def watch(
+    run: RunDir,
+    attempt: int,
+    timeout: float,
+    running_since: float,
+    world: int,
+    gpus_per_node: int,
+    now: float | None = None,
+) -> FailureInfo | None:
+    """One pass of a driver's hang check for a running attempt: the recorded hang (declared
+    now or before), or None. Asks the ranks for their stacks first and waits for them up to
+    :data:`STACK_WAIT` seconds across passes."""
+    declared = run.hang(attempt)
+    if declared is not None:
+        return declared
+    now = time.time() if now is None else now
+    try:  # the metrics file grows with every step: its mtime is the last step's time
+        last_step: float | None = run.metrics_path.stat().st_mtime
+    except OSError:
+        last_step = None
+    if last_step is not None and last_step <= running_since:
+        last_step = None  # no step in this attempt yet
+    found = silent_ranks(
+        now, timeout, running_since, run.rank_beats(attempt, world), last_step, world
+    )
+    if found is None:
+        return None
+    request = run.stack_request_path(attempt)
+    if not request.exists():
+        request.parent.mkdir(parents=True, exist_ok=True)
+        request.write_text(f"{now}\n")
+        return None
+    ranks, why = found
+    stacks = run.stacks(attempt, world)
+    asked = request.stat().st_mtime
+    if now - asked < STACK_WAIT and not all(r in stacks for r in ranks):
+        return None
+    record = hang_failure(attempt, ranks, why, stacks, gpus_per_node)
+    run.write_hang(record)
+    return record
