@@ -1,0 +1,119 @@
+"""Who may use which queue, enforced by the API server: a ValidatingAdmissionPolicy. Pure.
+
+Teams' LocalQueues live in the jobs' namespace side by side, so RBAC (which cannot look at a
+field) lets anyone who may create TrainJobs or Jobs there name any queue. The policy refuses
+a TrainJob whose ``spec.queue``, or a Job whose ``kueue.x-k8s.io/queue-name`` label, names a
+queue none of the requester's groups may use. The queue -> groups map is a ConfigMap
+(``aviflow-queues``, the policy's parameters) in each jobs namespace: one key per queue, the
+value a comma-separated list of groups. Users in its ``exempt`` key (the controller's and
+aviflow-api's service accounts, which check teams themselves) pass.
+
+>>> params = queue_params("ml-jobs", {"vision": ["team-a"]}, exempt=["system:serviceaccount:aviflow:api"])
+>>> params["data"]["vision"]
+'team-a'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.manifests import QUEUE_LABEL
+
+POLICY = "aviflow-queue-access"
+PARAMS = "aviflow-queues"
+EXEMPT_KEY = "exempt"
+
+
+def queue_policy() -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy (cluster-scoped; one for every jobs namespace)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": [VERSION],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": [PLURAL],
+                    },
+                    {
+                        "apiGroups": ["batch"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["jobs"],
+                    },
+                ]
+            },
+            "variables": [
+                {"name": "queue", "expression": _queue("object")},
+                {
+                    "name": "changed",
+                    "expression": "request.operation == 'CREATE' || "
+                    f"variables.queue != ({_queue('oldObject')})",
+                },
+            ],
+            "validations": [
+                {
+                    "expression": "variables.queue == '' || !variables.changed || ("
+                    "has(params.data) && ("
+                    f"('{EXEMPT_KEY}' in params.data && request.userInfo.username in "
+                    f"params.data['{EXEMPT_KEY}'].split(',')) || "
+                    "(variables.queue in params.data && params.data[variables.queue]"
+                    ".split(',').exists(g, g in request.userInfo.groups))))",
+                    "messageExpression": (
+                        "'queue ' + variables.queue + ' is not open to ' + "
+                        "request.userInfo.username + ': use your team\\'s queue, or ask its "
+                        "admins to add one of your groups to it'"
+                    ),
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+
+
+def _queue(obj: str) -> str:
+    """CEL: the queue ``obj`` (a TrainJob or a Job) names, '' for none."""
+    return (
+        f"{obj}.kind == 'TrainJob' ? ({obj}.spec.queue) : "
+        f"(has({obj}.metadata.labels) && '{QUEUE_LABEL}' in {obj}.metadata.labels ? "
+        f"{obj}.metadata.labels['{QUEUE_LABEL}'] : '')"
+    )
+
+
+def queue_binding() -> dict[str, Any]:
+    """The binding: parameters from the ``aviflow-queues`` ConfigMap of the object's own
+    namespace; a namespace without it is not governed (no Aviflow queues there)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY},
+        "spec": {
+            "policyName": POLICY,
+            "validationActions": ["Deny"],
+            "paramRef": {"name": PARAMS, "parameterNotFoundAction": "Allow"},
+        },
+    }
+
+
+def queue_params(
+    namespace: str, queues: Mapping[str, Iterable[str]], exempt: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The parameters: queue -> the groups that may use it, and the exempt users."""
+    data = {queue: ",".join(sorted(set(groups))) for queue, groups in sorted(queues.items())}
+    if EXEMPT_KEY in data:
+        raise ValueError(f"a queue may not be named {EXEMPT_KEY!r}")
+    data[EXEMPT_KEY] = ",".join(sorted(set(exempt)))
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": PARAMS, "namespace": namespace},
+        "data": data,
+    }

@@ -1,0 +1,128 @@
+"""Queues are per team: the ValidatingAdmissionPolicy refuses, for anyone with kubectl access,
+a TrainJob or a Kueue Job that names another team's LocalQueue (real API server; users are
+impersonated with ``kubectl --as``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from aviflow.k8s.policy import POLICY, queue_binding, queue_params, queue_policy
+
+pytestmark = pytest.mark.cluster
+
+
+def trainjob(name: str, queue: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"queue": queue, "command": ["true"]},
+    }
+
+
+def kueue_job(name: str, queue: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "x", "command": ["true"]}],
+                }
+            },
+        },
+    }
+
+
+def test_a_user_cannot_put_a_job_into_another_teams_queue(
+    crd_installed: Any, k8s_namespace: str
+) -> None:
+    cluster, ns = crd_installed, k8s_namespace
+    rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "submitters", "namespace": ns},
+            "rules": [
+                {
+                    "apiGroups": ["aviflow.dev"],
+                    "resources": ["trainjobs"],
+                    "verbs": ["create", "get", "patch", "update"],
+                },
+                {
+                    "apiGroups": ["batch"],
+                    "resources": ["jobs"],
+                    "verbs": ["create", "get", "patch", "update"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "submitters", "namespace": ns},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "submitters",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+                for g in ("team-a", "team-b")
+            ],
+        },
+    ]
+    params = queue_params(ns, {"queue-a": ["team-a"], "queue-b": ["team-b", "admins"]})
+    docs = [queue_policy(), queue_binding(), params, *rbac]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    try:
+
+        def as_dave(obj: dict[str, Any]) -> Any:
+            return cluster.kubectl(
+                "create", "-n", ns, "--as=dave", "--as-group=team-b", "-f", "-",
+                input=json.dumps(obj), check=False,
+            )  # fmt: skip
+
+        # the policy takes effect once the API server has loaded it: retry the refusal
+        import time
+
+        deadline = time.monotonic() + 30
+        while True:
+            done = as_dave(trainjob("sneaky", "queue-a"))
+            if done.returncode != 0 or time.monotonic() > deadline:
+                break
+            cluster.kubectl("delete", "trainjob", "sneaky", "-n", ns)
+            time.sleep(0.5)
+        assert done.returncode != 0
+        assert (
+            "queue queue-a is not open to dave: use your team's queue, or ask its admins to add "
+            "one of your groups to it" in done.stderr
+        ), done.stderr
+        assert "ValidatingAdmissionPolicy 'aviflow-queue-access'" in done.stderr
+        refused = as_dave(kueue_job("sneaky-job", "queue-a"))
+        assert refused.returncode != 0 and "queue queue-a is not open to dave" in refused.stderr
+        ok = as_dave(trainjob("fine", "queue-b"))
+        assert ok.returncode == 0, ok.stderr
+        assert as_dave(kueue_job("fine-job", "queue-b")).returncode == 0
+        # moving an own job to another team's queue is refused too
+        moved = cluster.kubectl(
+            "patch", "trainjob", "fine", "-n", ns, "--as=dave", "--as-group=team-b", "--type=merge",
+            "-p", json.dumps({"spec": {"queue": "queue-a"}}), check=False,
+        )  # fmt: skip
+        assert moved.returncode != 0 and "queue queue-a is not open to dave" in moved.stderr
+        assert cluster.kubectl("get", "trainjobs", "-n", ns, "-o", "name").stdout.split() == [
+            "trainjob.aviflow.dev/fine"
+        ]
+    finally:
+        cluster.kubectl(
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            POLICY,
+            check=False,
+        )
