@@ -18,6 +18,7 @@ from aviflow.records import PendingJob, QueueQuota
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+REQUEST_TIMEOUT = 5.0  # an aggregated API whose server is down must not hold up a caller
 
 
 def pending_workloads(api: Any, namespace: str, local_queue: str) -> list[dict[str, Any]] | None:
@@ -29,7 +30,7 @@ def pending_workloads(api: Any, namespace: str, local_queue: str) -> list[dict[s
     request = api.param_serialize(
         "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
     )
-    response = api.call_api(*request)
+    response = api.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
     response.read()
     if response.status in (404, 503):
         return None

@@ -65,6 +65,7 @@ DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time 
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
 POSITIONS_TTL = 1.0
+API_TIMEOUT = 30.0  # no call may hold a worker for ever
 # <id>-a<attempt>-<index> is a pod hostname (at most 63): room for 3-digit attempts and indexes
 MAX_NAME = 52
 
@@ -347,7 +348,10 @@ class Controller:
             if labels.get(m.LABEL_JOB) == job_id and (view.attempt, view.index) == (attempt, index):
                 try:
                     text = self.core.read_namespaced_pod_log(
-                        pod["metadata"]["name"], self.ns, tail_lines=NODE_LOG_LINES
+                        pod["metadata"]["name"],
+                        self.ns,
+                        tail_lines=NODE_LOG_LINES,
+                        _request_timeout=API_TIMEOUT,
                     )
                     return str(text)
                 except ApiException:
@@ -402,14 +406,16 @@ class Controller:
 
     def _create(self, call: Any, body: dict[str, Any]) -> None:
         try:
-            call(self.ns, body)
+            call(self.ns, body, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status != 409:  # already there: a reconcile before us made it
                 raise
 
     def _delete_job(self, name: str) -> None:
         try:
-            self.batch.delete_namespaced_job(name, self.ns, propagation_policy="Background")
+            self.batch.delete_namespaced_job(
+                name, self.ns, propagation_policy="Background", _request_timeout=API_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -420,7 +426,9 @@ class Controller:
             if labels.get(m.LABEL_JOB) == job_id and not obj["metadata"].get("deletionTimestamp"):
                 self._delete_job(obj["metadata"]["name"])
         try:
-            self.core.delete_namespaced_service(m.service_name(job_id), self.ns)
+            self.core.delete_namespaced_service(
+                m.service_name(job_id), self.ns, _request_timeout=API_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -445,7 +453,13 @@ class Controller:
         if (cr.get("status") or {}) != wire:
             try:
                 self.custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, self.ns, PLURAL, job_id, {"status": wire}
+                    GROUP,
+                    VERSION,
+                    self.ns,
+                    PLURAL,
+                    job_id,
+                    {"status": wire},
+                    _request_timeout=API_TIMEOUT,
                 )
             except ApiException as exc:
                 if exc.status != 404:
@@ -459,7 +473,11 @@ class Controller:
             cached = self._position_cache.get(queue)
             if cached is not None and now - cached[0] < POSITIONS_TTL:
                 return cached[1]
-        pending = pending_workloads(self.api, self.ns, queue) if queue else None
+        try:
+            pending = pending_workloads(self.api, self.ns, queue) if queue else None
+        except Exception as exc:  # the visibility API is down: Kueue's order from Workloads
+            log.warning("queue positions of %s from Kueue's visibility API: %r", queue, exc)
+            pending = None
         if pending is not None:
             found = {
                 i["metadata"]["name"]: int(i.get("positionInLocalQueue", 0)) + 1 for i in pending
@@ -584,6 +602,7 @@ class Controller:
                 PLURAL,
                 cr["metadata"]["name"],
                 {"status": status.to_dict()},
+                _request_timeout=API_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status != 404:

@@ -24,6 +24,7 @@ log = logging.getLogger("aviflow.operator")
 Obj = dict[str, Any]
 WATCH_SECONDS = 240
 RETRY_SECONDS = 1.0
+LIST_TIMEOUT = 60
 
 
 def key(obj: Obj) -> tuple[str, str]:
@@ -103,7 +104,7 @@ class Informer:
     def _relist(self) -> str:
         import json
 
-        resp = self._list(**self._kwargs, _preload_content=False)
+        resp = self._list(**self._kwargs, _preload_content=False, _request_timeout=LIST_TIMEOUT)
         data = json.loads(resp.data)
         fresh = {key(o): o for o in data.get("items", [])}
         with self._lock:
@@ -124,6 +125,7 @@ class Informer:
             resource_version=version,
             timeout_seconds=timeout,
             allow_watch_bookmarks=True,
+            _request_timeout=timeout + 30,  # a silent connection is dropped, then relisted
         ):
             if self._stop.is_set():
                 break

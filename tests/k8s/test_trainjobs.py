@@ -330,5 +330,6 @@ def test_a_hung_rank_is_reported_with_its_stacks_and_the_group_restarts(make_poo
     assert failure.message == "no step logged for 20s (every rank alive)"
     rank3 = failure.traceback.split("--- rank 3 ---")[1]
     assert "in <module>" in rank3, failure.traceback
+    # the hung attempt's Job was deleted to stop its pods; the restarted one finished
     jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
-    assert sorted(jobs) == [f"job.batch/{job.id}-a1", f"job.batch/{job.id}-a2"]
+    assert jobs == [f"job.batch/{job.id}-a2"]
