@@ -61,7 +61,9 @@ def main() -> int:
         )
     )
     print(f"namespace {NAMESPACE}: LocalQueues {', '.join(TEAMS)}; settings in {settings}")
-    print(f"export KUBECONFIG={cluster.kubeconfig} AVIFLOW_BACKEND=kubernetes AVIFLOW_K8S_CONFIG={settings}")
+    print(
+        f"export KUBECONFIG={cluster.kubeconfig} AVIFLOW_BACKEND=kubernetes AVIFLOW_K8S_CONFIG={settings}"
+    )
     print("controller running; Ctrl-C stops it", flush=True)
     return operator_main(["--settings", str(settings), "--kubeconfig", str(cluster.kubeconfig)])
 

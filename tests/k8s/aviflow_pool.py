@@ -194,12 +194,13 @@ class Pool:
                 f"ClusterQueue {obj['metadata']['name']} Active",
             )
 
-    def start_controller(self) -> Any:
+    def start_controller(self, api: Any = None) -> Any:
+        """The controller in this process (``api``: its client, default the admin's)."""
         from aviflow.operator import Controller
         from aviflow.store import RunStore
 
         self.controller = Controller(
-            self.api, self.settings, RunStore(self.root), workers=2, resync=10
+            api or self.api, self.settings, RunStore(self.root), workers=2, resync=10
         )
         self.controller.start()
         return self.controller
@@ -208,6 +209,20 @@ class Pool:
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
+
+    def client_as(self, service_account: str) -> Any:
+        """An API client with a fresh token of ``service_account`` (in this namespace)."""
+        from kubernetes import client
+
+        token = self.cluster.kubectl(
+            "create", "token", service_account, "-n", self.namespace
+        ).stdout.strip()
+        cfg = client.Configuration()
+        admin = self.api.configuration
+        cfg.host, cfg.ssl_ca_cert = admin.host, admin.ssl_ca_cert
+        cfg.api_key = {"BearerToken": token}
+        cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        return client.ApiClient(cfg)
 
     def leftovers(self) -> dict[str, list[str]]:
         """Jobs, pods, services and workloads still in the namespace."""
