@@ -84,7 +84,16 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     slow = tiny("slow", env={"TINY_STEPS": "100000", "TINY_STEP_SLEEP": "0.05"})
     running = api.submit(slow, pool.backend)
     waiting = api.submit(slow, pool.backend)  # 4 more GPUs than the quota has left
-    wait_for(lambda: running.status is JobState.RUNNING, 180, "the first job running")
+    run = pool.backend.run_dir(running.id)
+    wait_for(
+        lambda: running.status is JobState.RUNNING,
+        180,
+        lambda: (
+            f"the first job running; it is {running.status_record()}, events "
+            f"{[(e.type.value, e.message) for e in running.events()]}, heartbeats "
+            f"{[run.heartbeat(n) for n in range(2)]}"
+        ),
+    )
     status = wait_for(
         lambda: (s := waiting.status_record()).queue_position == 1 and s,
         60,

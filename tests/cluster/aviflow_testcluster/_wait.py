@@ -10,14 +10,19 @@ T = TypeVar("T")
 
 
 def wait_for(
-    pred: Callable[[], T], timeout: float = 60, what: str = "condition", interval: float = 0.2
+    pred: Callable[[], T],
+    timeout: float = 60,
+    what: str | Callable[[], str] = "condition",
+    interval: float = 0.2,
 ) -> T:
-    """The first truthy value of ``pred()``; AssertionError naming ``what`` after ``timeout``."""
+    """The first truthy value of ``pred()``; AssertionError naming ``what`` after ``timeout``
+    (a callable ``what`` is called then, to describe the state that did not come)."""
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {said}")
         time.sleep(interval)
