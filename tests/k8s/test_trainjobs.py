@@ -83,7 +83,6 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     pool = make_pool({"default": {"gpus": 4}})
     slow = tiny("slow", env={"TINY_STEPS": "100000", "TINY_STEP_SLEEP": "0.05"})
     running = api.submit(slow, pool.backend)
-    waiting = api.submit(slow, pool.backend)  # 4 more GPUs than the quota has left
     run = pool.backend.run_dir(running.id)
     wait_for(
         lambda: running.status is JobState.RUNNING,
@@ -94,6 +93,9 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
             f"{[run.heartbeat(n) for n in range(2)]}"
         ),
     )
+    # submitted after the first was admitted: Kueue orders jobs created in the same second
+    # by more than their creation time, so submitting both at once races
+    waiting = api.submit(slow, pool.backend)  # 4 more GPUs than the quota has left
     status = wait_for(
         lambda: (s := waiting.status_record()).queue_position == 1 and s,
         60,
@@ -178,14 +180,22 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     pool = make_pool({"team-a": {"gpus": 4}, "team-b": {"gpus": 4}})
     slow = {"TINY_STEPS": "40", "TINY_STEP_SLEEP": "0.2"}
     a1 = api.submit(tiny("a1", "team-a", env=slow), pool.backend)
-    a2 = api.submit(tiny("a2", "team-a", env=slow), pool.backend)
     b1 = api.submit(tiny("b1", "team-b", env=slow), pool.backend)
+    # a2 once a1 holds team a's quota (Kueue's order within one second is not submission's)
+    wait_for(lambda: a1.status is not JobState.QUEUED, 120, "a1 admitted")
+    a2 = api.submit(tiny("a2", "team-a", env=slow), pool.backend)
     wait_for(
         lambda: b1.status is JobState.RUNNING and a1.status is JobState.RUNNING,
         180,
         "a1 and b1 running",
     )
-    waiting = a2.status_record()
+    waiting = wait_for(
+        lambda: (
+            (st := a2.status_record()).queue_position == 1 and "more needed" in st.message and st
+        ),
+        60,
+        lambda: f"a2 waiting at position 1 with Kueue's reason, not {a2.status_record()}",
+    )
     assert (waiting.state, waiting.queue_position) == (JobState.QUEUED, 1), waiting
     assert "4 more needed" in waiting.message, waiting.message
     queues = {q.queue: q for q in pool.backend.queues()}  # from Kueue (visibility API)
