@@ -30,7 +30,7 @@ from aviflow.errors import AviflowError, SpecError
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.kueue import owner_job, pending_workloads
+from aviflow.k8s.kueue import pending_workloads
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
     Action,
@@ -438,14 +438,11 @@ class Controller:
     ) -> None:
         position, message = None, None
         if lc.state is JobState.QUEUED:
-            wl = snap.workloads.get(lc.attempt + 1)
-            name = m.attempt_name(job_id, lc.attempt + 1)
-            for obj in self.workloads.items():
-                if owner_job(obj) == name:
-                    queue = (obj.get("spec") or {}).get("queueName", "")
-                    position = self._positions(queue).get(obj["metadata"]["name"])
-            if wl is not None and wl.pending:
-                message = f"waiting for admission: {wl.pending}"
+            wl = snap.workloads.get(lc.attempt + 1)  # the snapshot found it already
+            if wl is not None:
+                position = self._positions(wl.queue).get(wl.name)
+                if wl.pending:
+                    message = f"waiting for admission: {wl.pending}"
         status = lc.status(position, message)
         if status != run.status():
             run.write_status(status)

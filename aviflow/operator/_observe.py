@@ -118,6 +118,8 @@ class WorkloadView:
     pending: str = ""
     finished: bool = False
     gpus: int = 0
+    name: str = ""
+    queue: str = ""
 
     @classmethod
     def of(cls, obj: Obj, attempt: int, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
@@ -140,7 +142,16 @@ class WorkloadView:
         gpus = 0
         for ps in ((obj.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
             gpus += int(str((ps.get("resourceUsage") or {}).get(gpu_resource, "0")))
-        return cls(attempt, admitted_at, ev, pending, is_true(obj, "Finished"), gpus)
+        return cls(
+            attempt,
+            admitted_at,
+            ev,
+            pending,
+            is_true(obj, "Finished"),
+            gpus,
+            obj["metadata"]["name"],
+            (obj.get("spec") or {}).get("queueName", ""),
+        )
 
 
 @dataclass(frozen=True)

@@ -12,22 +12,18 @@ import uuid
 import pytest
 from kubernetes import client
 
-from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, K8S_VERSION, LABEL_POOL, _procs
+from aviflow_testcluster import (
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    K8S_VERSION,
+    LABEL_POOL,
+    _procs,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-
-
-def wait_for(pred, timeout: float = 60, what: str = "condition", interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def cluster_queue(name: str, gpus: int = 8) -> dict:

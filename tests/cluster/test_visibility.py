@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 import uuid
 
 import pytest
 from kubernetes import client
 
-from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, LABEL_POOL
+from aviflow_testcluster import GPU_RESOURCE, GPU_TOLERATION, LABEL_POOL, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -26,17 +25,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
-
-
-def wait_for(pred, timeout: float = 60, what: str = "condition", interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def gpu_job(name: str, queue: str, *, pods: int, gpus_per_pod: int) -> dict:

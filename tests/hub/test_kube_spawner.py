@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 import requests
+from aviflow_pool import home_storage
 from kubernetes import client
 
 from aviflow._units import parse_quantity
@@ -72,33 +73,6 @@ def _profiles() -> list[dict[str, Any]]:
             "groups": ["a"],
         },
     ]
-
-
-def _storage(api: client.ApiClient, name: str, path: Path) -> None:
-    """A StorageClass and one hostPath PersistentVolume for the user's home PVC."""
-    client.StorageV1Api(api).create_storage_class(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-        }
-    )
-    client.CoreV1Api(api).create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": name,
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
-            },
-        }
-    )
 
 
 def _delete_storage(api: client.ApiClient, name: str) -> None:
@@ -154,7 +128,7 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
     )
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
-        _storage(api, storage_name, tmp_path / "pv")
+        home_storage(api, storage_name, tmp_path / "pv")
         try:
             hub = hub_factory(cfg, env={"KUBECONFIG": str(k8s_cluster.kubeconfig)})
             alice, bob = hub.token("alice"), hub.token("bob")

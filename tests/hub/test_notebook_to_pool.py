@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aviflow_pool import home_storage
 from kubernetes import client
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
@@ -40,32 +41,6 @@ print("ranks", sorted(job.backend.ranks(job.id)))
 print("rank3log", "=== attempt 1 rank 3" in job.logs(3))
 print("id", job.id)
 """
-
-
-def _storage(api: client.ApiClient, name: str, path: Path) -> None:
-    client.StorageV1Api(api).create_storage_class(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-        }
-    )
-    client.CoreV1Api(api).create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": name,
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
-            },
-        }
-    )
 
 
 def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
@@ -103,7 +78,7 @@ def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
     )
     del cfg["api"]["local"]
     with pool.cluster.api_client() as api:
-        _storage(api, storage, tmp_path / "pv")
+        home_storage(api, storage, tmp_path / "pv")
         try:
             hub = hub_factory(cfg, env={"KUBECONFIG": str(pool.cluster.kubeconfig)})
             alice = hub.token("alice")

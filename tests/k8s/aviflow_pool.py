@@ -141,6 +141,36 @@ def run_store_volume(namespace: str, root: str, name: str) -> list[dict[str, Any
     ]
 
 
+def home_storage(api: Any, name: str, path: Path) -> None:
+    """A StorageClass ``name`` and one hostPath PersistentVolume over ``path`` for a
+    KubeSpawner user's home PVC (delete both by ``name`` afterwards)."""
+    from kubernetes import client
+
+    client.StorageV1Api(api).create_storage_class(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        }
+    )
+    client.CoreV1Api(api).create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": name,
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+            },
+        }
+    )
+
+
 class Pool:
     """A namespace wired for Aviflow: Kueue queues per team, the run store volume, the
     controller (in this process) and a KubernetesBackend for it."""
