@@ -4,7 +4,13 @@
 An attempt is admitted at its ``STARTING`` event (GPUs are allocated from then on), starts
 running at ``RUNNING`` and ends at an event whose type ends an attempt (``RESTARTING``,
 ``EVICTED``, ``PREEMPTED``, ``SUCCEEDED``, ``FAILED``, ``CANCELLED``). Allocated
-GPU-seconds are ``gpus x (finished - admitted)``, summed over attempts.
+GPU-seconds are ``gpus x (finished - admitted)``, summed over attempts; ``gpus`` is what
+the admission reserved where the queue says (``STARTING``'s ``data.gpus``), else the spec's.
+
+On Kubernetes the controller takes these times from the attempt's Kueue Workload: admitted
+at its ``Admitted`` transition, ended at ``Finished`` or, after an eviction, when Kueue
+released the quota; :func:`admission_drift` cross-checks such a segment against Kueue's
+``accumulatedPastExecutionTimeSeconds``.
 
 An attempt ended by an external stop is a *preemption*: a ``PREEMPTED`` or ``EVICTED``
 event, or a node killed by SIGKILL/SIGTERM without any rank reporting an exception.
@@ -122,6 +128,28 @@ def _outcome(event: Event) -> str:
     return event.type.value
 
 
+def admitted_gpus(start: Event, default: int) -> int:
+    """The GPUs a ``STARTING`` event says the queue reserved (``data.gpus``, from the
+    Kueue admission's resource usage), else ``default`` (the spec's count)."""
+    n = start.data.get("gpus")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else default
+
+
+def admission_drift(events: Sequence[Event], end: Event) -> float | None:
+    """Seconds by which the segment the events give ``end``'s attempt (its ``STARTING`` to
+    ``end``) exceeds the queue's own count (``data.admittedSeconds`` on ``end``); None where
+    the queue gave no count. Kueue counts whole seconds, so up to 1 s either way is exact."""
+    kueue = end.data.get("admittedSeconds")
+    if not isinstance(kueue, (int, float)) or isinstance(kueue, bool):
+        return None
+    start = next(
+        (e for e in events if e.type is EventType.STARTING and e.attempt == end.attempt), None
+    )
+    if start is None:
+        return None
+    return (end.time - start.time) - float(kueue)
+
+
 def fold_attempts(
     job: JobInfo, attempts: Sequence[AttemptRecord], events: Iterable[Event]
 ) -> list[AttemptRecord]:
@@ -143,7 +171,7 @@ def fold_attempts(
                 team=job.team,
                 queue=job.queue,
                 nodes=job.nodes,
-                gpus=job.gpus,
+                gpus=admitted_gpus(ev, job.gpus),
                 submitted=job.submitted,
                 admitted=ev.time,
                 started=None,

@@ -60,9 +60,12 @@ class Policy:
 # -- observations ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Admitted:
-    """The queue admitted the job's next attempt: its GPUs are allocated from now on."""
+    """The queue admitted the job's next attempt: its GPUs are allocated from now on.
+    ``gpus``: what the admission reserved, where the queue says (recorded on ``STARTING``
+    as ``data.gpus``, which the ledger prefers to the spec's count)."""
 
     time: float
+    gpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -112,12 +115,15 @@ class Hung:
 
 @dataclass(frozen=True)
 class Evicted:
-    """The running attempt lost its admission; ``preempted``: to another workload."""
+    """The running attempt lost its admission; ``preempted``: to another workload.
+    ``time`` is when its GPUs were released; ``admitted_seconds``: how long the queue says
+    the attempt held them (recorded on the ending event as ``data.admittedSeconds``)."""
 
     time: float
     attempt: int
     reason: str
     preempted: bool = False
+    admitted_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -262,7 +268,8 @@ class Lifecycle:
             return Step(self)
         attempt = self.attempt + 1
         message = "starting" if attempt == 1 else f"starting attempt {attempt}"
-        start = Event(EventType.STARTING, attempt, message, obs.time)
+        data = {"gpus": obs.gpus} if obs.gpus else {}
+        start = Event(EventType.STARTING, attempt, message, obs.time, data)
         if self.policy.readmit:
             return self._emit([start])  # the attempt's workload exists: admission starts it
         return self._emit([start], [StartAttempt(attempt)])
@@ -298,7 +305,8 @@ class Lifecycle:
 
     def _evicted(self, obs: Evicted) -> Step:
         kind = EventType.PREEMPTED if obs.preempted else EventType.EVICTED
-        ended = Event(kind, obs.attempt, obs.reason, obs.time)
+        data = {} if obs.admitted_seconds is None else {"admittedSeconds": obs.admitted_seconds}
+        ended = Event(kind, obs.attempt, obs.reason, obs.time, data)
         requeued = Event(EventType.QUEUED, obs.attempt, f"requeued: {obs.reason}", obs.time)
         actions: list[Action] = [StopAttempt(obs.attempt, obs.reason)]
         if self.policy.readmit:

@@ -12,21 +12,16 @@ every ``resync`` seconds. A job is never reconciled by two workers at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from aviflow import hang
-from aviflow.attempts import held_seconds
-from aviflow.bundle import build_bundle
-from aviflow.errors import AviflowError, SpecError
+from aviflow.attempts import admission_drift, held_seconds
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
@@ -45,7 +40,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
-from aviflow.names import is_dns1123_label
+from aviflow.operator._binding import Binder
 from aviflow.operator._informer import Informer, Obj
 from aviflow.operator._observe import (
     AttemptJob,
@@ -55,63 +50,33 @@ from aviflow.operator._observe import (
     next_observation,
     queue_positions,
 )
+from aviflow.operator._workqueue import WorkQueue
 from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore, atomic_write, read_json
+from aviflow.store import RunDir, RunStore
 
 log = logging.getLogger("aviflow.operator")
-BINDING = "k8s.json"  # in the run dir: which TrainJob (namespace, uid) drives it
 DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time limit
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
 POSITIONS_TTL = 1.0
 API_TIMEOUT = 30.0  # no call may hold a worker for ever
-# <id>-a<attempt>-<index> is a pod hostname (at most 63): room for 3-digit attempts and indexes
-MAX_NAME = 52
+DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
 
 
-@dataclass
-class _Queue:
-    """A set of job ids to reconcile; an id being reconciled is not handed out twice."""
+def _job_label(obj: Obj) -> list[str]:
+    """Index of Jobs and Pods: the TrainJob they belong to."""
+    job_id = (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB)
+    return [job_id] if job_id else []
 
-    def __post_init__(self) -> None:
-        self.cond = threading.Condition()
-        self.waiting: dict[str, None] = {}
-        self.busy: set[str] = set()
-        self.again: set[str] = set()
-        self.closed = False
 
-    def put(self, job_id: str) -> None:
-        with self.cond:
-            if job_id in self.busy:
-                self.again.add(job_id)
-            else:
-                self.waiting[job_id] = None
-                self.cond.notify()
-
-    def take(self) -> str | None:
-        with self.cond:
-            while not self.waiting and not self.closed:
-                self.cond.wait()
-            if self.closed:
-                return None
-            job_id = next(iter(self.waiting))
-            del self.waiting[job_id]
-            self.busy.add(job_id)
-            return job_id
-
-    def done(self, job_id: str) -> None:
-        with self.cond:
-            self.busy.discard(job_id)
-            if job_id in self.again:
-                self.again.discard(job_id)
-                self.waiting[job_id] = None
-                self.cond.notify()
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
+def _owner_jobs(obj: Obj) -> list[str]:
+    """Index of Workloads: the Jobs that own them."""
+    return [
+        ref["name"]
+        for ref in obj["metadata"].get("ownerReferences") or []
+        if ref.get("kind") == "Job" and ref.get("name")
+    ]
 
 
 class Controller:
@@ -125,6 +90,7 @@ class Controller:
         *,
         workers: int = 4,
         tick: float = 1.0,
+        queued_tick: float = 5.0,
         resync: float = 30.0,
     ) -> None:
         self.api, self.settings, self.store = api, settings, store
@@ -132,8 +98,8 @@ class Controller:
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.queue = _Queue()
-        self.tick, self.workers = tick, workers
+        self.queue = WorkQueue()
+        self.tick, self.queued_tick, self.workers = tick, queued_tick, workers
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         selector = m.LABEL_JOB
@@ -152,6 +118,7 @@ class Controller:
             self.batch.list_namespaced_job,
             self._on_child,
             resync=resync,
+            index=_job_label,
             namespace=self.ns,
             label_selector=selector,
         )
@@ -160,6 +127,7 @@ class Controller:
             self.core.list_namespaced_pod,
             self._on_child,
             resync=resync,
+            index=_job_label,
             namespace=self.ns,
             label_selector=selector,
         )
@@ -168,6 +136,7 @@ class Controller:
             self.custom.list_namespaced_custom_object,
             self._on_workload,
             resync=resync,
+            index=_owner_jobs,
             group="kueue.x-k8s.io",
             version="v1beta2",
             namespace=self.ns,
@@ -175,8 +144,11 @@ class Controller:
         )
         self._informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
         self._deleted: dict[str, Obj] = {}
+        self.binder = Binder(store, self._refuse)
         self._positions_lock = threading.Lock()
         self._position_cache: dict[str, tuple[float, dict[str, int]]] = {}
+        self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob -> what a reconcile acts on
+        self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
 
     # -- running ---------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> None:
@@ -204,10 +176,18 @@ class Controller:
             t.join(timeout=10)
 
     def _tick_loop(self) -> None:
+        """Jobs that hold GPUs every ``tick`` (heartbeats, hangs, time limits); queued ones
+        every ``queued_tick`` (their positions move as others are admitted)."""
+        last_queued = time.monotonic()
         while not self._stop.wait(self.tick):
+            queued = time.monotonic() - last_queued >= self.queued_tick
+            if queued:
+                last_queued = time.monotonic()
             for obj in self.trainjobs.items():
                 state = (obj.get("status") or {}).get("state")
-                if state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    continue
+                if queued or state not in ("QUEUED", None):
                     self.queue.put(obj["metadata"]["name"])
 
     def _work(self) -> None:
@@ -224,10 +204,20 @@ class Controller:
 
     # -- informer callbacks ----------------------------------------------------------------------
     def _on_trainjob(self, obj: Obj) -> None:
-        name = obj["metadata"]["name"]
+        """Queue the job unless only its status changed (our own patch coming back)."""
+        meta = obj["metadata"]
+        name = meta["name"]
         if obj.get("deleted"):
             self._deleted[name] = obj
-        self.queue.put(name)
+            self._seen.pop(name, None)
+            self._written.pop(meta.get("uid", ""), None)
+            self.queue.put(name)
+            return
+        cancel = (meta.get("annotations") or {}).get(m.ANNOTATION_CANCEL)
+        seen = (meta.get("uid"), meta.get("generation"), cancel, meta.get("deletionTimestamp"))
+        if self._seen.get(name) != seen:
+            self._seen[name] = seen
+            self.queue.put(name)
 
     def _on_child(self, obj: Obj) -> None:
         job_id = (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB)
@@ -248,7 +238,7 @@ class Controller:
             if gone is not None:
                 self._record_deleted(gone)
             return
-        run = self._run_dir(cr)
+        run = self.binder.run_dir(cr)
         if run is None:
             return
         job = run.spec()
@@ -296,6 +286,7 @@ class Controller:
         if events:
             for ev in events:
                 run.append_event(ev)
+            self._cross_check(job_id, lc.events, events)
         for action in actions:
             self._carry_out(action, job, ref, lc, run, snap)
         if lc.state is JobState.QUEUED:
@@ -304,31 +295,37 @@ class Controller:
             self._delete_children(job_id)
         self._write_status(cr, run, lc, snap, job_id)
 
+    @staticmethod
+    def _cross_check(job_id: str, history: tuple[Event, ...], new: list[Event]) -> None:
+        """Warn where an attempt's admitted time in the events (hence the ledger) and
+        Kueue's ``accumulatedPastExecutionTimeSeconds`` disagree."""
+        for ev in new:
+            drift = admission_drift(history, ev)
+            if drift is not None and abs(drift) > DRIFT_TOLERANCE:
+                log.warning(
+                    "%s attempt %d: the events give %.0f s admitted, Kueue %s s (off by %+.0f s)",
+                    job_id, ev.attempt, drift + ev.data["admittedSeconds"],
+                    ev.data["admittedSeconds"], drift,
+                )  # fmt: skip
+
     # -- reads -----------------------------------------------------------------------------------
     def _snapshot(self, job_id: str, job: TrainJob, run: RunDir) -> Snapshot:
         jobs: dict[int, AttemptJob] = {}
         names: dict[str, int] = {}
-        for obj in self.jobs.items():
-            if (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB) == job_id:
-                view = AttemptJob.of(obj)
-                jobs[view.attempt] = view
-                names[obj["metadata"]["name"]] = view.attempt
-        pods = tuple(
-            PodView.of(p)
-            for p in self.pods.items()
-            if (p["metadata"].get("labels") or {}).get(m.LABEL_JOB) == job_id
-        )
+        for obj in self.jobs.by(job_id):
+            view = AttemptJob.of(obj)
+            jobs[view.attempt] = view
+            names[obj["metadata"]["name"]] = view.attempt
+        pods = tuple(PodView.of(p) for p in self.pods.by(job_id))
         workloads: dict[int, WorkloadView] = {}
-        for wl in self.workloads.items():
-            for owner in wl["metadata"].get("ownerReferences") or []:
-                attempt = names.get(owner.get("name", "")) if owner.get("kind") == "Job" else None
-                if attempt is not None:
-                    workloads[attempt] = WorkloadView.of(wl, attempt, self.settings.gpu_resource)
+        for name, attempt in names.items():
+            for wl in self.workloads.by(name):
+                workloads[attempt] = WorkloadView.of(wl, attempt, self.settings.gpu_resource)
         beats = {}
         for node in range(job.spec.nodes):
-            attempt = run.heartbeat(node).get("attempt")
-            if isinstance(attempt, int):
-                beats[node] = attempt
+            beat = run.heartbeat(node).get("attempt")
+            if isinstance(beat, int):
+                beats[node] = beat
         return Snapshot(job.spec.nodes, jobs, pods, workloads, beats)
 
     def _failure(self, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
@@ -342,10 +339,9 @@ class Controller:
         return attribute(records, node_logs, obs.codes, job.spec.gpus_per_node, tails)
 
     def _pod_log(self, job_id: str, attempt: int, index: int) -> str:
-        for pod in self.pods.items():
-            labels = pod["metadata"].get("labels") or {}
+        for pod in self.pods.by(job_id):
             view = PodView.of(pod)
-            if labels.get(m.LABEL_JOB) == job_id and (view.attempt, view.index) == (attempt, index):
+            if (view.attempt, view.index) == (attempt, index):
                 try:
                     text = self.core.read_namespaced_pod_log(
                         pod["metadata"]["name"],
@@ -421,9 +417,8 @@ class Controller:
                 raise
 
     def _delete_children(self, job_id: str) -> None:
-        for obj in self.jobs.items():
-            labels = obj["metadata"].get("labels") or {}
-            if labels.get(m.LABEL_JOB) == job_id and not obj["metadata"].get("deletionTimestamp"):
+        for obj in self.jobs.by(job_id):
+            if not obj["metadata"].get("deletionTimestamp"):
                 self._delete_job(obj["metadata"]["name"])
         try:
             self.core.delete_namespaced_service(
@@ -447,7 +442,8 @@ class Controller:
         if status != run.status():
             run.write_status(status)
         wire = status.to_dict()
-        if (cr.get("status") or {}) != wire:
+        uid = cr["metadata"]["uid"]
+        if (cr.get("status") or {}) != wire and self._written.get(uid) != wire:
             try:
                 self.custom.patch_namespaced_custom_object_status(
                     GROUP,
@@ -458,6 +454,7 @@ class Controller:
                     {"status": wire},
                     _request_timeout=API_TIMEOUT,
                 )
+                self._written[uid] = wire  # the cache may show the old one for a while
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -492,7 +489,7 @@ class Controller:
         if path is None:
             return
         run = RunDir(path)
-        if not self._bound_here(run, cr):
+        if not self.binder.bound_here(run, cr):
             return
         lc = Lifecycle.from_events(
             Policy.from_spec(run.spec().spec, readmit=True), run.events().items
@@ -500,91 +497,6 @@ class Controller:
         step = lc.observe(Lost(time.time(), "the TrainJob was deleted", cancelled=True))
         if step.events:
             run.record(step.events, step.lifecycle.status())
-
-    # -- the run directory -----------------------------------------------------------------------
-    def _bound_here(self, run: RunDir, cr: Obj) -> bool:
-        binding = read_json(run.path / BINDING, None)
-        meta = cr["metadata"]
-        return isinstance(binding, dict) and binding == {
-            "namespace": meta["namespace"],
-            "uid": meta["uid"],
-        }
-
-    def _run_dir(self, cr: Obj) -> RunDir | None:
-        """The job's run directory, bound to this TrainJob (namespace and uid) the first time
-        the controller sees it, created here for a TrainJob applied with kubectl. None (with
-        the reason on the TrainJob's status) when the id belongs to another TrainJob."""
-        meta = cr["metadata"]
-        name = meta["name"]
-        if not is_dns1123_label(name, MAX_NAME):
-            self._refuse(
-                cr,
-                f"a TrainJob's name is its job id: at most {MAX_NAME} lowercase letters, digits "
-                f"and '-', starting and ending with a letter or digit (got {name!r})",
-            )
-            return None
-        path = self.store.locate(name)
-        if path is None:
-            return self._adopt(cr)
-        run = RunDir(path)
-        binding = read_json(run.path / BINDING, None)
-        mine = {"namespace": meta["namespace"], "uid": meta["uid"]}
-        if binding is None:
-            origin = run.meta().origin
-            if run.meta().backend != "kubernetes" or origin.get("namespace") != meta["namespace"]:
-                self._refuse(cr, f"job id {name!r} belongs to another job in the run store")
-                return None
-            atomic_write(run.path / BINDING, json.dumps(mine))
-            return run
-        if binding != mine:
-            self._refuse(cr, f"job id {name!r} belongs to another TrainJob")
-            return None
-        return run
-
-    def _adopt(self, cr: Obj) -> RunDir | None:
-        """A TrainJob created directly (kubectl): give it a run directory of its namespace."""
-        meta = cr["metadata"]
-        try:
-            job = TrainJob.from_dict(
-                {
-                    "apiVersion": cr["apiVersion"],
-                    "kind": cr["kind"],
-                    "metadata": {
-                        "name": (meta.get("annotations") or {}).get(m.ANNOTATION_NAME)
-                        or meta["name"]
-                    },
-                    "spec": cr.get("spec") or {},
-                }
-            )
-            if job.spec.script_file is not None:
-                raise SpecError(
-                    "spec.scriptFile needs the code shipped with the job: submit it with "
-                    "`aviflow submit` or %%aviflow_train, or put the code in spec.script"
-                )
-            if job.spec.accelerate.config_file is not None:
-                raise SpecError("spec.accelerate.configFile needs `aviflow submit` too")
-            bundle = build_bundle(job, base_dir=Path("/nonexistent"))
-        except AviflowError as exc:
-            self._refuse(cr, str(exc))
-            return None
-        user = f"kubectl-{meta['namespace']}"
-        try:
-            run = self.store.create(
-                job,
-                bundle.store_files(),
-                user,
-                backend="kubernetes",
-                code_hash=bundle.content_hash,
-                origin={"namespace": meta["namespace"], "via": "kubectl"},
-                job_id=meta["name"],
-            )
-        except FileExistsError as exc:
-            self._refuse(cr, str(exc))
-            return None
-        atomic_write(
-            run.path / BINDING, json.dumps({"namespace": meta["namespace"], "uid": meta["uid"]})
-        )
-        return run
 
     def _refuse(self, cr: Obj, message: str) -> None:
         """A TrainJob the controller will not run: FAILED on its status (no run directory)."""

@@ -28,6 +28,9 @@ from aviflow.records import JobState
 Obj = dict[str, Any]
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 TERMINAL = ("Succeeded", "Failed")
+# An evicted attempt ends when Kueue releases its quota (its pods are gone by then); if that
+# does not come within this long, the controller records the eviction anyway.
+RELEASE_WAIT = 300.0
 
 
 def timestamp(text: str | None) -> float | None:
@@ -109,8 +112,13 @@ class PodView:
 
 @dataclass(frozen=True)
 class WorkloadView:
-    """An attempt's Kueue Workload: when it was admitted, whether it was evicted, and why it
-    waits (the ``QuotaReserved=False`` message)."""
+    """An attempt's Kueue Workload: its ``Admitted``/``Evicted``/``Finished`` transitions,
+    the GPUs its admission reserved, and why it waits (the ``QuotaReserved=False`` message).
+
+    ``released_at`` is when Kueue took the admission back (``Admitted`` turned False after
+    an eviction, once the pods were gone) and ``admitted_seconds`` Kueue's own count of the
+    time it was admitted (``status.accumulatedPastExecutionTimeSeconds``, set at release).
+    """
 
     attempt: int
     admitted_at: float | None = None
@@ -120,15 +128,23 @@ class WorkloadView:
     gpus: int = 0
     name: str = ""
     queue: str = ""
+    finished_at: float | None = None
+    released_at: float | None = None
+    admitted_seconds: int | None = None
 
     @classmethod
     def of(cls, obj: Obj, attempt: int, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+        status = obj.get("status") or {}
         admitted = condition(obj, "Admitted")
         evicted = condition(obj, "Evicted")
         reserved = condition(obj, "QuotaReserved")
-        admitted_at = None
+        finished = condition(obj, "Finished")
+        admitted_at = released_at = None
+        past = status.get("accumulatedPastExecutionTimeSeconds")
         if admitted is not None and admitted.get("status") == "True":
             admitted_at = timestamp(admitted.get("lastTransitionTime"))
+        elif admitted is not None and past is not None:
+            released_at = timestamp(admitted.get("lastTransitionTime"))
         ev = None
         if evicted is not None and evicted.get("status") == "True":
             ev = (
@@ -140,17 +156,21 @@ class WorkloadView:
         if reserved is not None and reserved.get("status") == "False":
             pending = reserved.get("message", "")
         gpus = 0
-        for ps in ((obj.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        for ps in (status.get("admission") or {}).get("podSetAssignments") or []:
             gpus += int(str((ps.get("resourceUsage") or {}).get(gpu_resource, "0")))
+        done = finished is not None and finished.get("status") == "True"
         return cls(
             attempt,
             admitted_at,
             ev,
             pending,
-            is_true(obj, "Finished"),
+            done,
             gpus,
             obj["metadata"]["name"],
             (obj.get("spec") or {}).get("queueName", ""),
+            timestamp(finished.get("lastTransitionTime")) if done and finished else None,
+            released_at,
+            int(past) if past is not None else None,
         )
 
 
@@ -183,20 +203,31 @@ def next_observation(lc: Lifecycle, snap: Snapshot, now: float) -> Observation |
     state, n = lc.state, lc.attempt
     if state.is_finished():
         return None
+    last = lc.events[-1].time if lc.events else 0.0
     if state is JobState.QUEUED:
         wl = snap.workloads.get(n + 1)
         if wl is not None and wl.admitted_at is not None and wl.evicted is None:
-            return Admitted(wl.admitted_at)
+            return Admitted(wl.admitted_at, wl.gpus or None)
         return None
     wl, job = snap.workloads.get(n), snap.jobs.get(n)
     if wl is not None and wl.evicted is not None:
         when, reason, message = wl.evicted
-        return Evicted(when or now, n, f"{reason}: {message}", preempted=reason == "Preempted")
+        if wl.admitted_at is not None and now - when < RELEASE_WAIT:
+            return None  # Kueue stops the pods, then releases the quota: the segment's end
+        return Evicted(
+            max(wl.released_at or now, last),
+            n,
+            f"{reason}: {message}",
+            preempted=reason == "Preempted",
+            admitted_seconds=wl.admitted_seconds,
+        )
     if job is not None and job.disrupted:
         return Evicted(now, n, f"disrupted: {job.message}")
     pods = snap.pods_of(n)
     if (job is None or job.finished or job.deleting) and not any(p.active for p in pods):
-        return AttemptEnded(now, n, snap.codes(n))
+        ended = wl.finished_at if wl is not None and wl.finished_at is not None else now
+        ended = max(ended, last)  # Kueue's times are whole seconds; events stay in order
+        return AttemptEnded(ended, n, snap.codes(n))
     failed = sorted((p.index, p.exit_code) for p in pods if p.exit_code not in (None, 0))
     if failed:
         index, code = failed[0]

@@ -4,6 +4,7 @@ logs and checkpoints come back through the same ``Job`` API as locally."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import time
 from importlib.resources import files
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from aviflow import api
+from aviflow.attempts import admission_drift
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
 from aviflow_testcluster import wait_for
@@ -105,6 +107,7 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     assert waiting.cancel() is True
     assert running.cancel() is True
     assert [e.type for e in waiting.events()] == [EventType.QUEUED, EventType.CANCELLED]
+    assert waiting.events()[-1].message == f"cancelled by {getpass.getuser()}"
     assert [e.type for e in running.events()][-1] is EventType.CANCELLED
     wait_for(lambda: not any(pool.leftovers().values()), 60, f"nothing left: {pool.leftovers()}")
 
@@ -159,6 +162,45 @@ def test_kill_9_of_one_rank_restarts_the_whole_group_from_its_checkpoint(make_po
     assert [c.step for c in job.checkpoints()][-1] == 60
     jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
     assert sorted(jobs) == [f"job.batch/{job.id}-a1", f"job.batch/{job.id}-a2"]
+
+
+def test_time_limit_counts_admitted_time_across_attempts(make_pool: Any) -> None:
+    pool = make_pool()
+    spec = tiny(
+        "time limited",
+        nodes=1,
+        gpus=2,
+        maxRestarts=1,
+        timeLimit="30s",
+        env={"TINY_STEPS": "100000", "TINY_CKPT_EVERY": "20", "TINY_STEP_SLEEP": "0.1"},
+    )
+    job = api.submit(spec, pool.backend)
+    wait_for(lambda: any(c.step >= 20 for c in job.checkpoints()), 240, "a checkpoint")
+    run_dir = f"/aviflow/runs/{pool.backend.run_dir(job.id).path.parent.name}/{job.id}"
+    wait_for(lambda: rank_process(run_dir, 0), 30, "rank 0's process").kill()
+
+    def a2_deadline() -> str:
+        return pool.cluster.kubectl(
+            "get", "job", f"{job.id}-a2", "-n", pool.namespace, "--ignore-not-found",
+            "-o", "jsonpath={.spec.activeDeadlineSeconds}",
+        ).stdout.strip()  # fmt: skip
+
+    deadline = wait_for(a2_deadline, 120, "attempt 2's Job")
+    assert job.wait(timeout=300) is JobState.FAILED, job.logs(0)
+    events = job.events()
+    assert [e.type for e in events] == [
+        EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
+        EventType.RESTARTING, EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
+        EventType.FAILED,
+    ]  # fmt: skip
+    assert events[-1].message == "timeLimit 30s exceeded"
+    starts = [e.time for e in events if e.type is EventType.STARTING]
+    ends = [e.time for e in events if e.type in (EventType.RESTARTING, EventType.FAILED)]
+    held = [end - start for start, end in zip(starts, ends, strict=True)]
+    # both admissions count, the wait between them does not (the end includes stopping pods)
+    assert 30 <= sum(held) <= 30 + 15 and held[1] < 30, held
+    assert job.usage().running_seconds == pytest.approx(sum(held))
+    assert int(deadline) == int(30 - held[0]) + 60  # what attempt 1 left, plus the grace
 
 
 def test_a_failing_rank_fails_the_job_with_its_traceback(make_pool: Any) -> None:
@@ -240,6 +282,14 @@ def test_preempted_borrower_resumes_from_its_checkpoint(make_pool: Any) -> None:
     assert "resumed from step" in borrower.logs(0)
     steps = [r["step"] for r in borrower.metric_rows()]
     assert steps.count(1) == 1 and steps[-1] == 80
+    # the ledger's segments: Kueue's admission times and GPUs, the preempted one ending when
+    # Kueue released the quota, in step with its accumulatedPastExecutionTimeSeconds
+    events = borrower.events()
+    assert [e.data.get("gpus") for e in events if e.type is EventType.STARTING] == [8, 8]
+    ended = events[preempted]
+    assert ended.data["admittedSeconds"] >= 1
+    drift = admission_drift(events, ended)
+    assert drift is not None and abs(drift) <= 1.0, (drift, ended)
 
 
 def test_a_restarted_controller_loses_and_duplicates_nothing(make_pool: Any) -> None:

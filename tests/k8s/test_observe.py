@@ -1,0 +1,132 @@
+"""The controller's pure reading of Kueue Workloads into lifecycle observations: admission
+segments from the Workload's Admitted/Evicted/Finished transitions, GPUs from the admission's
+resource usage, and the cross-check against Kueue's accumulatedPastExecutionTimeSeconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aviflow.attempts import JobInfo, admission_drift, attempts_from_events
+from aviflow.lifecycle import Admitted, AttemptEnded, Evicted, Lifecycle, Policy
+from aviflow.operator._observe import (
+    RELEASE_WAIT,
+    AttemptJob,
+    Snapshot,
+    WorkloadView,
+    next_observation,
+)
+from aviflow.records import EventType
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def workload(*conditions: tuple[str, str, float, str], **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "job-a1-wl"},
+        "spec": {"queueName": "team-a"},
+        "status": {
+            "conditions": [
+                {"type": k, "status": s, "lastTransitionTime": iso(t), "reason": r, "message": r}
+                for k, s, t, r in conditions
+            ],
+            "admission": {
+                "podSetAssignments": [
+                    {"name": "main", "count": 2, "resourceUsage": {"nvidia.com/gpu": "16"}}
+                ]
+            },
+            **status,
+        },
+    }
+
+
+def running(attempt_started: float) -> Lifecycle:
+    lc = Lifecycle(Policy(readmit=True)).submitted(T0).lifecycle
+    return lc.observe(Admitted(attempt_started, gpus=16)).lifecycle
+
+
+def test_admission_reads_the_gpus_kueue_reserved_and_its_transition_time() -> None:
+    wl = WorkloadView.of(workload(("Admitted", "True", T0 + 7, "Admitted")), 1)
+    assert (wl.admitted_at, wl.gpus, wl.queue) == (T0 + 7, 16, "team-a")
+    lc = Lifecycle(Policy(readmit=True)).submitted(T0).lifecycle
+    obs = next_observation(lc, Snapshot(nodes=2, workloads={1: wl}), now=T0 + 9)
+    assert obs == Admitted(T0 + 7, 16)
+    start = lc.observe(obs).events[0]
+    assert (start.type, start.time, start.data) == (EventType.STARTING, T0 + 7, {"gpus": 16})
+
+
+def test_an_eviction_ends_the_segment_when_kueue_releases_the_quota() -> None:
+    lc = running(T0 + 10)
+    held = WorkloadView.of(
+        workload(
+            ("Admitted", "True", T0 + 10, "Admitted"),
+            ("Evicted", "True", T0 + 50, "Preempted"),
+        ),
+        1,
+    )
+    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1)}, workloads={1: held})
+    assert next_observation(lc, snap, now=T0 + 51) is None  # pods still stopping
+    released = WorkloadView.of(
+        workload(
+            ("Admitted", "False", T0 + 58, "NoReservation"),
+            ("Evicted", "True", T0 + 50, "Preempted"),
+            accumulatedPastExecutionTimeSeconds=48,
+        ),
+        1,
+    )
+    assert (released.released_at, released.admitted_seconds) == (T0 + 58, 48)
+    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1)}, workloads={1: released})
+    obs = next_observation(lc, snap, now=T0 + 59)
+    assert isinstance(obs, Evicted)
+    assert (obs.time, obs.preempted, obs.admitted_seconds) == (T0 + 58, True, 48)
+    step = lc.observe(obs)
+    ended = step.events[0]
+    assert (ended.type, ended.data) == (EventType.PREEMPTED, {"admittedSeconds": 48})
+    events = step.lifecycle.events
+    assert admission_drift(events, ended) == 0.0
+    info = JobInfo("j", "u", "a", "team-a", nodes=2, gpus=4, submitted=T0)
+    [row] = attempts_from_events(info, events)
+    assert (row.gpus, row.admitted, row.finished, row.gpu_seconds(now=0)) == (
+        16, T0 + 10, T0 + 58, 16 * 48.0,
+    )  # fmt: skip
+
+
+def test_an_eviction_kueue_never_releases_is_recorded_after_the_wait() -> None:
+    lc = running(T0 + 10)
+    held = WorkloadView.of(
+        workload(
+            ("Admitted", "True", T0 + 10, "Admitted"),
+            ("Evicted", "True", T0 + 50, "PodsReadyTimeout"),
+        ),
+        1,
+    )
+    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1)}, workloads={1: held})
+    obs = next_observation(lc, snap, now=T0 + 50 + RELEASE_WAIT)
+    assert obs == Evicted(T0 + 50 + RELEASE_WAIT, 1, "PodsReadyTimeout: PodsReadyTimeout")
+    assert admission_drift(lc.events, lc.observe(obs).events[0]) is None
+
+
+def test_a_finished_attempt_ends_at_the_workloads_finished_transition() -> None:
+    lc = running(T0 + 10)
+    done = WorkloadView.of(
+        workload(
+            ("Admitted", "True", T0 + 10, "Admitted"),
+            ("Finished", "True", T0 + 30, "Succeeded"),
+        ),
+        1,
+    )
+    assert done.finished_at == T0 + 30
+    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1, "Complete")}, workloads={1: done})
+    assert next_observation(lc, snap, now=T0 + 33) == AttemptEnded(T0 + 30, 1, {0: 0, 1: 0})
+
+
+def test_drift_names_a_segment_that_disagrees_with_kueue() -> None:
+    lc = running(T0 + 10)
+    obs = Evicted(T0 + 40, 1, "Preempted", preempted=True, admitted_seconds=20)
+    step = lc.observe(obs)
+    assert admission_drift(step.lifecycle.events, step.events[0]) == 10.0
