@@ -68,6 +68,7 @@ class Supervisor:
         self.lc = Lifecycle.from_events(Policy.from_spec(self.job.spec), run.events().items)
         self.nodes: list[subprocess.Popen[bytes]] = []
         self.cancel_asked = False
+        self.cancel_message = "cancelled"
         self.gone = False
         self._finished_cache: set[str] = set()  # finished is final: never read again
         self._sizes: dict[str, tuple[str, int, str]] = {}  # job id -> (queue, slots, user)
@@ -82,8 +83,13 @@ class Supervisor:
         self.cancel_asked = True
 
     def _check_requests(self) -> None:
-        if self.run.cancel_request.exists():
+        try:
+            asked = self.run.cancel_request.read_bytes()
+        except FileNotFoundError:
+            pass
+        else:
             self.cancel_asked = True
+            self.cancel_message = asked[:200].decode("utf-8", "replace").strip() or "cancelled"
         if not self.run.spec_path.exists():  # the run store was deleted under us
             self.gone = True
 
@@ -217,7 +223,7 @@ class Supervisor:
     def run_job(self) -> None:
         if not self.wait_for_turn():
             if not self.gone:
-                self.observe(CancelRequested(time.time()))
+                self.observe(CancelRequested(time.time(), self.cancel_message))
             return
         while not self.lc.state.is_finished():
             self._check_requests()
@@ -225,7 +231,7 @@ class Supervisor:
                 _procs.stop_job(self.run.id, [p.pid for p in self.nodes])
                 return
             if self.cancel_asked:
-                self.observe(CancelRequested(time.time()))
+                self.observe(CancelRequested(time.time(), self.cancel_message))
                 continue
             attempt, now = self.lc.attempt, time.time()
             codes = self._codes()

@@ -86,8 +86,9 @@ class Backend(ABC):
         """The job's status. A plain read: nothing is written or reconciled."""
 
     @abstractmethod
-    def cancel(self, job_id: str) -> bool:
-        """Stop the job and every process or object it has; False if it had already finished."""
+    def cancel(self, job_id: str, by: str | None = None) -> bool:
+        """Stop the job and every process or object it has; False if it had already finished.
+        ``by``: who asked (recorded on the ``CANCELLED`` event; default: this OS user)."""
 
     @abstractmethod
     def list_ids(self, newest: int | None = None) -> list[str]:

@@ -128,7 +128,8 @@ class HubBackend(Backend):
     def status(self, job_id: str) -> JobStatus:
         return JobStatus.from_dict(self._job(job_id, "status"))
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, by: str | None = None) -> bool:
+        """``by`` is ignored: aviflow-api records the hub user the token belongs to."""
         found = self.request("POST", f"jobs/{quote(job_id, safe='')}/cancel", {})
         return bool(found["cancelled"])
 

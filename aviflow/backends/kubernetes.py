@@ -116,13 +116,13 @@ class KubernetesBackend(StoreReads, Backend):
     def status(self, job_id: str) -> JobStatus:
         return self.run_dir(job_id).status()
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, by: str | None = None) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         run = self.run_dir(job_id)
         if run.status().state.is_finished():
             return False
-        who = getpass.getuser()
+        who = by or getpass.getuser()
         patch = {"metadata": {"annotations": {m.ANNOTATION_CANCEL: f"cancelled by {who}"}}}
         try:
             self._custom().patch_namespaced_custom_object(

@@ -212,14 +212,14 @@ class LocalBackend(StoreReads, Backend):
             self._reconciler.join(timeout=10)
             self._reconciler = None
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, by: str | None = None) -> bool:
         run = self.run_dir(job_id)
         if run.status().state.is_finished():
             return False
         if not self._alive_or_starting(run):  # it ended (its supervisor died) before the cancel
             self._reap_orphan(run)
             return False
-        run.cancel_request.touch()
+        atomic_write(run.cancel_request, f"cancelled by {by or getpass.getuser()}".encode())
         info = read_json(run.supervisor_info, {})
         if info.get("pid") and _procs.is_locked(run.supervisor_lock):
             try:

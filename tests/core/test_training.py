@@ -5,6 +5,7 @@ Every job here is 2 nodes x 2 processes of a tiny model unless a test needs othe
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import time
@@ -246,6 +247,7 @@ def test_cancel_leaves_no_process_behind(local_backend, leftover_processes):
     assert len(pids) >= 2 + 2 + 4  # 2 runtimes, 2 launchers, 4 ranks
     assert job.cancel() is True
     assert job.status == JobState.CANCELLED
+    assert job.events()[-1].message == f"cancelled by {getpass.getuser()}"
     assert leftover_processes(job.id) == []
     assert not [
         pid

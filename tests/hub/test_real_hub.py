@@ -301,6 +301,8 @@ def test_usage_equals_the_event_logs(
     r = real_hub.call("POST", f"jobs/{jobs['alice']}/cancel", tokens["alice"], json={})
     assert r.json()["cancelled"] is False  # already finished
     local = LocalBackend(root=real_hub.run_root, capacity=1)
+    for who in ("alice", "bob"):  # the hub user who asked, not the service's OS user
+        assert local.events(jobs[who]).items[-1].message == f"cancelled by {who}"
     expected: dict[str, float] = {}
     teams: set[str] = set()
     for job_id in local.list_ids():

@@ -126,6 +126,6 @@ class JobHandler(BaseHandler):
 class CancelHandler(BaseHandler):
     async def post(self, job_id: str) -> None:
         await self.job_ref(job_id, "cancel")
-        b = self.ctx.backend
-        cancelled, status = await self.ctx.run(lambda: (b.cancel(job_id), b.status(job_id)))
+        b, who = self.ctx.backend, self.principal.name
+        cancelled, status = await self.ctx.run(lambda: (b.cancel(job_id, who), b.status(job_id)))
         self.send_json({"id": job_id, "cancelled": cancelled, "state": status.state.value})
