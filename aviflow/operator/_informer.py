@@ -6,7 +6,9 @@ updates the cache and calls ``on_change(obj)``. A watch that ends is resumed fro
 version seen; ``410 Gone`` (the version is too old) or any error relists; and every
 ``resync`` seconds it relists anyway and calls ``on_change`` for every object, so a missed
 event (or a reconcile that failed) is made good within that time. Objects deleted between
-lists are reported once with ``obj["deleted"] = True``.
+lists are reported once with ``obj["deleted"] = True``. An ``index`` (object -> keys, such as
+the TrainJob a Job belongs to) makes :meth:`Informer.by` cost the objects it returns, not the
+whole cache.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client, watch
@@ -43,6 +45,7 @@ class Informer:
         on_change: Callable[[Obj], None],
         *,
         resync: float = 30.0,
+        index: Callable[[Obj], Iterable[str]] | None = None,
         **kwargs: Any,
     ) -> None:
         self.name = name
@@ -51,6 +54,8 @@ class Informer:
         self._on_change = on_change
         self._resync = resync
         self._items: dict[tuple[str, str], Obj] = {}
+        self._index = index
+        self._by: dict[str, dict[tuple[str, str], Obj]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced = threading.Event()
@@ -65,6 +70,28 @@ class Informer:
     def get(self, namespace: str, name: str) -> Obj | None:
         with self._lock:
             return self._items.get((namespace, name))
+
+    def by(self, value: str) -> list[Obj]:
+        """The cached objects whose ``index`` keys include ``value``."""
+        with self._lock:
+            return list(self._by.get(value, {}).values())
+
+    def _put(self, k: tuple[str, str], obj: Obj | None) -> None:
+        """Set (or with None remove) one object, keeping the index; the lock is held."""
+        old = self._items.pop(k, None)
+        if self._index is not None and old is not None:
+            for value in self._index(old):
+                entries = self._by.get(value)
+                if entries is not None:
+                    entries.pop(k, None)
+                    if not entries:
+                        del self._by[value]
+        if obj is None:
+            return
+        self._items[k] = obj
+        if self._index is not None:
+            for value in self._index(obj):
+                self._by.setdefault(value, {})[k] = obj
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
@@ -109,7 +136,9 @@ class Informer:
         fresh = {key(o): o for o in data.get("items", [])}
         with self._lock:
             gone = [o for k, o in self._items.items() if k not in fresh]
-            self._items = fresh
+            self._items, self._by = {}, {}
+            for k, o in fresh.items():
+                self._put(k, o)
         for obj in gone:
             self._on_change({**obj, "deleted": True})
         for obj in fresh.values():
@@ -136,10 +165,7 @@ class Informer:
             if kind == "BOOKMARK":
                 continue
             with self._lock:
-                if kind == "DELETED":
-                    self._items.pop(key(obj), None)
-                else:
-                    self._items[key(obj)] = obj
+                self._put(key(obj), None if kind == "DELETED" else obj)
             self._on_change({**obj, "deleted": True} if kind == "DELETED" else obj)
         return version
 
