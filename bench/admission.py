@@ -3,7 +3,8 @@
 A burst of N small jobs (1 node x 1 GPU, a command that exits at once) across 4 team
 queues (8 GPUs each, 32 in all on the 4 fake HGX nodes):
 
-1. baseline: Kueue-labelled Indexed Jobs created directly (what a TrainJob's attempt is);
+1. baseline: each job's attempt Job (the same builder, the same pods running the same
+   runtime), written to the run store and created directly with its Kueue labels;
 2. TrainJobs, through the controller (``aviflow.operator``, 4 workers, in this process).
 
 For each: creation -> admitted (the Workload's ``Admitted`` condition) and creation ->
@@ -39,6 +40,7 @@ import aviflow  # noqa: E402
 from aviflow.backends.kubernetes import KubernetesBackend  # noqa: E402
 from aviflow.backends.local import LocalBackend  # noqa: E402
 from aviflow.bundle import build_bundle  # noqa: E402
+from aviflow.k8s import manifests as m  # noqa: E402
 from aviflow.k8s.crd import committed  # noqa: E402
 from aviflow.k8s.settings import ClusterSettings  # noqa: E402
 from aviflow.operator import Controller  # noqa: E402
@@ -47,7 +49,6 @@ from aviflow.store import RunStore  # noqa: E402
 from aviflow_testcluster import Cluster, wait_for  # noqa: E402
 
 TEAMS = [f"team-{i}" for i in range(4)]
-GPU = "nvidia.com/gpu"
 
 
 def _t(text: str | None) -> float | None:
@@ -61,43 +62,15 @@ def _cond(obj: dict[str, Any], kind: str) -> float | None:
     return None
 
 
-def plain_job(name: str, queue: str, ns: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {"kueue.x-k8s.io/queue-name": queue, "bench": "plain"},
-        },
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": 1,
-            "parallelism": 1,
-            "suspend": True,
-            "template": {
-                "metadata": {
-                    "labels": {"bench": "plain"},
-                    "annotations": {
-                        "kueue.x-k8s.io/podset-required-topology": "topology.aviflow.dev/block"
-                    },
-                },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"aviflow.dev/node-pool": "hgx"},
-                    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "x",
-                            "command": ["true"],
-                            "resources": {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+def plain_job(job: TrainJob, store: RunStore, settings: ClusterSettings) -> dict[str, Any]:
+    """The attempt Job a TrainJob's controller would create, written to the run store and
+    rendered by the same builder, without the TrainJob (no owner): what Kueue alone costs."""
+    bundle = build_bundle(job)
+    run = store.create(job, bundle.store_files(), "bench", backend="kubernetes")
+    body = m.attempt_job(job, m.JobRef(run.id, "", run.path.parent.name), 1, settings)
+    del body["metadata"]["ownerReferences"]
+    body["metadata"]["labels"]["bench"] = "plain"
+    return body
 
 
 def measure(
@@ -178,37 +151,45 @@ def main() -> int:
         api = cluster.api_client()
         batch = client.BatchV1Api(api)
 
-        # 1. plain Kueue Jobs
-        created: dict[str, float] = {}
-        names = {f"plain-{i:04d}": TEAMS[i % 4] for i in range(ns_args.jobs)}
+        settings = ClusterSettings.from_dict(
+            {"namespace": ns, "python": sys.executable, "runs": {"localPath": str(runs)}}
+        )
+        store = RunStore(runs)
 
-        def create_plain(name: str) -> None:
-            created[name] = time.time()
-            batch.create_namespaced_job(ns, plain_job(name, names[name], ns))
+        def burst(kind: str) -> list[TrainJob]:
+            return [
+                TrainJob.from_dict(
+                    {
+                        "metadata": {"name": f"{kind}-{i:04d}"},
+                        "spec": {"queue": TEAMS[i % 4], "command": ["true"]},
+                    }
+                )
+                for i in range(ns_args.jobs)
+            ]
+
+        # 1. the same attempt Jobs, created directly with their Kueue labels
+        created: dict[str, float] = {}
+        names: dict[str, str] = {}
+
+        def create_plain(job: TrainJob) -> None:
+            t = time.time()
+            body = plain_job(job, store, settings)
+            batch.create_namespaced_job(ns, body)
+            created[body["metadata"]["name"]] = t
+            names[body["metadata"]["name"]] = body["metadata"]["name"]
 
         start = time.time()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(create_plain, names))
-        adm, run = measure(api, ns, created, {n: n for n in names})
+            list(pool.map(create_plain, burst("plain")))
+        adm, run = measure(api, ns, created, names)
         base = report("plain Job", adm, run, max(start + a for a in adm) - start)
         cluster.kubectl("delete", "jobs", "-l", "bench=plain", "-n", ns, "--wait=true")
 
         # 2. TrainJobs through the controller
-        settings = ClusterSettings.from_dict(
-            {"namespace": ns, "python": sys.executable, "runs": {"localPath": str(runs)}}
-        )
-        controller = Controller(api, settings, RunStore(runs), workers=4)
+        controller = Controller(api, settings, store, workers=4)
         controller.start()
         backend = KubernetesBackend(settings, api=api)
-        jobs = [
-            TrainJob.from_dict(
-                {
-                    "metadata": {"name": f"tj-{i:04d}"},
-                    "spec": {"queue": TEAMS[i % 4], "command": ["true"]},
-                }
-            )
-            for i in range(ns_args.jobs)
-        ]
+        jobs = burst("tj")
         created = {}
         ids: dict[str, str] = {}
 
@@ -223,7 +204,6 @@ def main() -> int:
             list(pool.map(submit, jobs))
         adm, run = measure(api, ns, created, ids)
         ours = report("TrainJob", adm, run, max(start + a for a in adm) - start)
-        controller.stop()
         print(
             "ratios (TrainJob / plain Job): "
             + "  ".join(
@@ -237,6 +217,7 @@ def main() -> int:
 
         # 3. submit -> first step of a 2 x 2 job, cluster vs local
         first_step(backend, LocalBackend(root=work / "local"))
+        controller.stop()
     finally:
         cluster.stop()
     return 0
@@ -246,7 +227,13 @@ def first_step(cluster_backend: KubernetesBackend, local: LocalBackend) -> None:
     tiny = (ROOT / "aviflow" / "examples" / "tiny_regression.py").read_text()
     spec = {
         "metadata": {"name": "first-step"},
-        "spec": {"nodes": 2, "gpusPerNode": 2, "script": tiny, "env": {"TINY_STEPS": "5"}},
+        "spec": {
+            "nodes": 2,
+            "gpusPerNode": 2,
+            "queue": TEAMS[0],
+            "script": tiny,
+            "env": {"TINY_STEPS": "5"},
+        },
     }
     times = {}
     for name, backend in (("local", local), ("cluster", cluster_backend)):

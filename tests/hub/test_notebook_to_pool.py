@@ -40,6 +40,16 @@ print("checkpoints", [c.step for c in job.checkpoints()])
 print("ranks", sorted(job.backend.ranks(job.id)))
 print("rank3log", "=== attempt 1 rank 3" in job.logs(3))
 print("id", job.id)
+import re
+panel = job.panel(); panel.poller.join(120)
+chart = panel.chart.value
+print("panel", panel.last.state.value, re.findall(r"data-metric='loss' data-points='(\\d+)'", chart))
+loss = chart[chart.index("data-metric='loss'"):]
+ys = [float(p.split(",")[1]) for p in re.search(r"<polyline [^>]* points='([^']+)'", loss).group(1).split()]
+print("panelfalls", ys[-1] > ys[0])  # SVG y grows downwards: the curve ends lower than it starts
+print("panelckpt", re.findall(r"class='aviflow-checkpoint' data-step='(\\d+)'", panel.checkpoints.table.value))
+panel.logs.rank.value = 3
+print("panellog", "=== attempt 1 rank 3" in panel.logs.text.value)
 """
 
 
@@ -92,6 +102,11 @@ def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
             assert lines["checkpoints"] == "[10, 20, 30]"
             assert lines["ranks"] == "[0, 1, 2, 3]" and lines["rank3log"] == "True"
             job_id = lines["id"]
+            # the panel in that notebook shows the loss curve, the checkpoints and rank 3's log
+            assert lines["panel"] == "SUCCEEDED ['30']", out
+            assert lines["panelfalls"] == "True", out
+            assert lines["panelckpt"] == "['10', '20', '30']", out
+            assert lines["panellog"] == "True", out
             # it ran as a TrainJob in team a's LocalQueue, admitted by Kueue, on HGX nodes
             cr = json.loads(
                 pool.cluster.kubectl(
