@@ -98,12 +98,17 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     # submitted after the first was admitted: Kueue orders jobs created in the same second
     # by more than their creation time, so submitting both at once races
     waiting = api.submit(slow, pool.backend)  # 4 more GPUs than the quota has left
+    # the position (visibility API) can show before Kueue has tried the Workload and said why
     status = wait_for(
-        lambda: (s := waiting.status_record()).queue_position == 1 and s,
+        lambda: (
+            (s := waiting.status_record()).queue_position == 1
+            and "insufficient" in s.message.lower()
+            and s
+        ),
         60,
-        "the second job queued at position 1",
+        lambda: f"the second job queued at position 1, saying why: {waiting.status_record()}",
     )
-    assert status.state is JobState.QUEUED and "insufficient" in status.message.lower(), status
+    assert status.state is JobState.QUEUED, status
     assert waiting.cancel() is True
     assert running.cancel() is True
     assert [e.type for e in waiting.events()] == [EventType.QUEUED, EventType.CANCELLED]
