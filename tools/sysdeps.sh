@@ -20,6 +20,11 @@ if [[ ! -x /usr/bin/chromium ]]; then
   need_apt+=(chromium)
 fi
 # --- end notebook
+# --- images (issue 10): mmdebstrap builds the base root filesystem (images/base/build.sh)
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+  need_apt+=(mmdebstrap)
+fi
+# --- end images
 if ((${#need_apt[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
