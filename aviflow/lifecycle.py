@@ -57,6 +57,9 @@ class Policy:
         )
 
 
+MAX_CANCEL_MESSAGE = 200
+
+
 # -- observations ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Admitted:
@@ -99,6 +102,9 @@ class AttemptEnded:
 
 @dataclass(frozen=True)
 class CancelRequested:
+    """``message`` (who asked) is recorded on the ``CANCELLED`` event, cut to
+    ``MAX_CANCEL_MESSAGE`` characters: it can come from a kubectl user's annotation."""
+
     time: float
     message: str = "cancelled"
 
@@ -281,6 +287,7 @@ class Lifecycle:
         return Step(lc, [], [StopAttempt(self.attempt, reason)])
 
     def _cancel(self, obs: CancelRequested) -> Step:
+        obs = replace(obs, message=obs.message[:MAX_CANCEL_MESSAGE] or "cancelled")
         if self.state.is_active():
             if self.stopping is not None and self.stopping[0] is not _Why.FAILURE:
                 return Step(self)

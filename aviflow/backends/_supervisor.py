@@ -89,7 +89,7 @@ class Supervisor:
             pass
         else:
             self.cancel_asked = True
-            self.cancel_message = asked[:200].decode("utf-8", "replace").strip() or "cancelled"
+            self.cancel_message = asked[:4096].decode("utf-8", "replace").strip()
         if not self.run.spec_path.exists():  # the run store was deleted under us
             self.gone = True
 

@@ -25,7 +25,7 @@ from aviflow.attempts import admission_drift, held_seconds
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.kueue import pending_workloads
+from aviflow.k8s.kueue import owner_job, pending_workloads
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
     Action,
@@ -71,12 +71,9 @@ def _job_label(obj: Obj) -> list[str]:
 
 
 def _owner_jobs(obj: Obj) -> list[str]:
-    """Index of Workloads: the Jobs that own them."""
-    return [
-        ref["name"]
-        for ref in obj["metadata"].get("ownerReferences") or []
-        if ref.get("kind") == "Job" and ref.get("name")
-    ]
+    """Index of Workloads: the Job that owns them."""
+    name = owner_job(obj)
+    return [name] if name else []
 
 
 class Controller:
@@ -220,15 +217,14 @@ class Controller:
             self.queue.put(name)
 
     def _on_child(self, obj: Obj) -> None:
-        job_id = (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB)
-        if job_id:
+        for job_id in _job_label(obj):
             self.queue.put(job_id)
 
     def _on_workload(self, obj: Obj) -> None:
-        for ref in obj["metadata"].get("ownerReferences") or []:
-            if ref.get("kind") == "Job" and "-a" in ref.get("name", ""):
-                self.queue.put(ref["name"].rsplit("-a", 1)[0])
-        # others' queue positions move too: the ticker reconciles every active job each second
+        name = owner_job(obj)
+        if name and "-a" in name:
+            self.queue.put(name.rsplit("-a", 1)[0])
+        # others' queue positions move too: the ticker reconciles queued jobs every queued_tick
 
     # -- one job ---------------------------------------------------------------------------------
     def reconcile(self, job_id: str) -> None:

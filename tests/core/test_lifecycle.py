@@ -6,6 +6,7 @@ import pytest
 
 from aviflow.attempts import JobInfo, attempts_from_events, fold_attempts, held_seconds
 from aviflow.lifecycle import (
+    MAX_CANCEL_MESSAGE,
     Admitted,
     AttemptEnded,
     CancelRequested,
@@ -118,6 +119,14 @@ def test_the_time_limit_counts_the_time_gpus_are_held_not_the_queue():
     assert sum(isinstance(a, StopAttempt) for a in actions) == 2
     assert held_seconds(lc.events, now=999.0) == pytest.approx(5.0 + 6.2)
     assert lc.status().failure is None  # a time-out is not a rank's failure
+
+
+def test_a_huge_or_empty_cancel_message_is_cut_or_defaulted():
+    # a kubectl user writes the cancel annotation: up to 256 KiB of it must not land in events
+    _, events, _ = run(Policy(readmit=True), CancelRequested(1.0, "x" * 100_000))
+    assert events[-1] == ("CANCELLED", 0, "x" * MAX_CANCEL_MESSAGE)
+    _, events, _ = run(Policy(), CancelRequested(1.0, ""))
+    assert events[-1] == ("CANCELLED", 0, "cancelled")
 
 
 def test_cancel_while_queued_or_running():

@@ -45,6 +45,18 @@ def workload(*conditions: tuple[str, str, float, str], **status: Any) -> dict[st
     }
 
 
+def evicted(reason: str, *now: tuple[str, str, float, str], **status: Any) -> WorkloadView:
+    """Attempt 1's Workload, evicted at T0 + 50 for ``reason``; ``now``: its Admitted
+    condition (default: still admitted since T0 + 10)."""
+    admitted = now or (("Admitted", "True", T0 + 10, "Admitted"),)
+    return WorkloadView.of(workload(*admitted, ("Evicted", "True", T0 + 50, reason), **status), 1)
+
+
+def attempt_1(wl: WorkloadView, finished: str | None = None) -> Snapshot:
+    """What the controller sees of a 2-node job whose attempt 1 has ``wl``."""
+    return Snapshot(nodes=2, jobs={1: AttemptJob(1, finished)}, workloads={1: wl})
+
+
 def running(attempt_started: float) -> Lifecycle:
     lc = Lifecycle(Policy(readmit=True)).submitted(T0).lifecycle
     return lc.observe(Admitted(attempt_started, gpus=16)).lifecycle
@@ -62,26 +74,15 @@ def test_admission_reads_the_gpus_kueue_reserved_and_its_transition_time() -> No
 
 def test_an_eviction_ends_the_segment_when_kueue_releases_the_quota() -> None:
     lc = running(T0 + 10)
-    held = WorkloadView.of(
-        workload(
-            ("Admitted", "True", T0 + 10, "Admitted"),
-            ("Evicted", "True", T0 + 50, "Preempted"),
-        ),
-        1,
-    )
-    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1)}, workloads={1: held})
-    assert next_observation(lc, snap, now=T0 + 51) is None  # pods still stopping
-    released = WorkloadView.of(
-        workload(
-            ("Admitted", "False", T0 + 58, "NoReservation"),
-            ("Evicted", "True", T0 + 50, "Preempted"),
-            accumulatedPastExecutionTimeSeconds=48,
-        ),
-        1,
+    held = evicted("Preempted")
+    assert next_observation(lc, attempt_1(held), now=T0 + 51) is None  # pods still stopping
+    released = evicted(
+        "Preempted",
+        ("Admitted", "False", T0 + 58, "NoReservation"),
+        accumulatedPastExecutionTimeSeconds=48,
     )
     assert (released.released_at, released.admitted_seconds) == (T0 + 58, 48)
-    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1)}, workloads={1: released})
-    obs = next_observation(lc, snap, now=T0 + 59)
+    obs = next_observation(lc, attempt_1(released), now=T0 + 59)
     assert isinstance(obs, Evicted)
     assert (obs.time, obs.preempted, obs.admitted_seconds) == (T0 + 58, True, 48)
     step = lc.observe(obs)
@@ -98,15 +99,8 @@ def test_an_eviction_ends_the_segment_when_kueue_releases_the_quota() -> None:
 
 def test_an_eviction_kueue_never_releases_is_recorded_after_the_wait() -> None:
     lc = running(T0 + 10)
-    held = WorkloadView.of(
-        workload(
-            ("Admitted", "True", T0 + 10, "Admitted"),
-            ("Evicted", "True", T0 + 50, "PodsReadyTimeout"),
-        ),
-        1,
-    )
-    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1)}, workloads={1: held})
-    obs = next_observation(lc, snap, now=T0 + 50 + RELEASE_WAIT)
+    held = evicted("PodsReadyTimeout")
+    obs = next_observation(lc, attempt_1(held), now=T0 + 50 + RELEASE_WAIT)
     assert obs == Evicted(T0 + 50 + RELEASE_WAIT, 1, "PodsReadyTimeout: PodsReadyTimeout")
     assert admission_drift(lc.events, lc.observe(obs).events[0]) is None
 
@@ -121,7 +115,7 @@ def test_a_finished_attempt_ends_at_the_workloads_finished_transition() -> None:
         1,
     )
     assert done.finished_at == T0 + 30
-    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1, "Complete")}, workloads={1: done})
+    snap = attempt_1(done, "Complete")
     assert next_observation(lc, snap, now=T0 + 33) == AttemptEnded(T0 + 30, 1, {0: 0, 1: 0})
 
 
