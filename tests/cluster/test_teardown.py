@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
 import textwrap
 import time
 
 import pytest
 
-from aviflow_testcluster import Cluster, _procs
+from aviflow_testcluster import Cluster, _cluster, _procs
 
 pytestmark = pytest.mark.cluster
 
@@ -28,9 +29,41 @@ ESCAPE = textwrap.dedent("""
 """)
 
 
-def test_stop_leaves_no_process(tmp_path, k8s_cluster):
+def test_stop_leaves_no_process(tmp_path, k8s_cluster, monkeypatch):
     # k8s_cluster guarantees the binaries exist; this test starts a second, small cluster.
-    cluster = Cluster.start(tmp_path / "c", hgx_nodes=1, cpu_nodes=1, die_with_parent=True)
+    # Its first try loses Kueue's visibility port to a socket held here, as it can lose it to
+    # any process between free_ports() and Kueue's own bind: start() must try again with
+    # fresh ports, and the first try must leave no process behind.
+    taken = socket.create_server(("127.0.0.1", 0))
+    held = taken.getsockname()[1]
+    tries: list[dict[str, int]] = []
+    real_free_ports = _cluster.free_ports
+
+    def free_ports(n: int) -> list[int]:
+        ports = real_free_ports(n)
+        if not tries:
+            ports[_cluster.PORT_NAMES.index("kueue-visibility")] = held
+        tries.append(dict(zip(_cluster.PORT_NAMES, ports, strict=True)))
+        return ports
+
+    ids: list[str] = []
+    real_claim = _cluster._claim_ip_block
+    monkeypatch.setattr(_cluster, "free_ports", free_ports)
+    monkeypatch.setattr(
+        _cluster, "_claim_ip_block", lambda root, cid: ids.append(cid) or real_claim(root, cid)
+    )
+    said: list[str] = []
+    try:
+        cluster = Cluster.start(
+            tmp_path / "c", hgx_nodes=1, cpu_nodes=1, die_with_parent=True, log=said.append
+        )
+    finally:
+        taken.close()
+    assert [t["kueue-visibility"] == held for t in tries] == [True, False]
+    assert cluster.ports == tries[1]
+    assert "kueue lost its port to another process; starting again with fresh ports" in said
+    assert len(ids) == 2 and ids[1] == cluster.id
+    assert _procs.marked_pids(ids[0], prefix=True) == []
     try:
         out = tmp_path / "escaped.pid"
         pod = {

@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,15 +49,10 @@ import websocket
 import yaml
 
 from aviflow_hub.local import hub_command
+from aviflow_testcluster import free_port
 
 PASSWORD = "aviflow-test-pw"
 ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_config(**overrides: Any) -> dict[str, Any]:
@@ -261,6 +255,29 @@ def _sigint_ignored(ignore: bool) -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
+# Every hub start_hub() started in this process; a failing test gets the logs of the live ones.
+_STARTED: list[Hub] = []
+HUB_LOG_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """When a test fails while hubs run, attach the tail of each live hub's log (the hub,
+    the proxy and aviflow-api write there): a body that is not JSON, a 503 from the proxy
+    or a service restart is explained there, and the log is deleted with the hub."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    _STARTED[:] = [hub for hub in _STARTED if hub.process.poll() is None]
+    for hub in _STARTED:
+        try:
+            lines = hub.log_path.read_text(errors="replace").splitlines()[-HUB_LOG_LINES:]
+        except OSError as e:
+            lines = [repr(e)]
+        report.sections.append((f"hub log {hub.url} (last lines)", "\n".join(lines)))
+
+
 def start_hub(
     directory: Path,
     cfg: dict[str, Any],
@@ -285,6 +302,7 @@ def start_hub(
         )
     url = f"http://127.0.0.1:{cfg['hub']['port']}"
     hub = Hub(url=url, config_path=path, run_root=cwd / "runs", process=proc, log_path=log_path)
+    _STARTED.append(hub)
     try:
         _wait_http(f"{url}/hub/api/", proc, log_path)
         _wait_http(hub.api + "openapi.json", proc, log_path)

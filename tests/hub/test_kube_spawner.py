@@ -27,6 +27,7 @@ from aviflow_pool import home_storage
 from kubernetes import client
 
 from aviflow._units import parse_quantity
+from aviflow_testcluster import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
 
@@ -41,14 +42,6 @@ print("backend", type(get_backend()).__name__)
 print("jobs", aviflow.jobs())
 """
 TOLERATION = {"key": "aviflow.dev/notebooks", "operator": "Exists", "effect": "NoSchedule"}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _profiles() -> list[dict[str, Any]]:
@@ -109,7 +102,7 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
     tmp_path: Path,
 ) -> None:
     storage_name = f"aviflow-hub-{uuid.uuid4().hex[:8]}"
-    port = _free_port()
+    port = free_port()
     cfg = hub_config(
         hub={
             **hub_config()["hub"],

@@ -206,6 +206,7 @@ def test_tokens_without_the_needed_scope_are_refused(
     no_access = real_hub.token("alice", scopes=["custom:aviflow:read", "custom:aviflow:submit"])
     for token in (no_custom, no_access, None, "not-a-token"):
         r = real_hub.call("GET", "jobs", token)
+        assert r.headers.get("Content-Type") == "application/json", (r.status_code, r.text)
         assert (r.status_code, r.json()["error"]) == (403, "AccessDenied"), r.text
     assert real_hub.call("GET", f"jobs/{jobs['alice']}/logs", no_custom).status_code == 403
     assert real_hub.call("GET", "jobs", read_only).status_code == 200

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from aviflow_testcluster import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -32,12 +33,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "notebook"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # front end -> (module to run, its app's config prefix, notebook URL path, extra flags)
@@ -65,7 +60,7 @@ def jupyter_server(
     module, app, url_path, extra = FRONTENDS[frontend]
     root = tmp_path / "lab"
     root.mkdir()
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ)
     env.update(
         AVIFLOW_ROOT=str(run_root),

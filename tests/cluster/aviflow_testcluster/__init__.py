@@ -10,7 +10,7 @@ nodes run as local processes under the node agent.
 """
 
 from ._build import BINARIES, K8S_VERSION, KUEUE_VERSION, bin_dir, build
-from ._cluster import Cluster, ClusterError
+from ._cluster import Cluster, ClusterError, free_port, free_ports
 from ._nodes import (
     GPU_RESOURCE,
     GPU_TAINT,
@@ -44,6 +44,8 @@ __all__ = [
     "build",
     "cpu_node",
     "default_nodes",
+    "free_port",
+    "free_ports",
     "hgx_node",
     "wait_for",
 ]

@@ -19,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import socket
 import ssl
 import subprocess
@@ -71,14 +72,69 @@ COMPONENTS = (
 )
 
 
+PORT_NAMES = (
+    "etcd",
+    "etcd-peer",
+    "apiserver",
+    "kcm",
+    "scheduler",
+    "kueue-webhook",
+    "kueue-health",
+    "kueue-visibility",
+    "kubelet",
+)
+
+
 class ClusterError(RuntimeError):
     pass
 
 
+# A component that lost its port between free_ports() and its own bind says one of these.
+BIND_FAILURES = ("address already in use", "failed to listen on")
+START_ATTEMPTS = 3
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports that are free now, below the kernel's ephemeral range.
+
+    The kernel gives outgoing connections ports from ``ip_local_port_range``, and a test
+    run opens thousands of them; a number from below that range can only be lost to
+    another explicit bind (another cluster starting), which ``Cluster.start`` survives by
+    trying again with fresh ports.
+    """
+    low = 10000
+    high = _ephemeral_range()[0] - 1
+    if high - low < 10 * n:  # an unusual range: let the kernel pick
+        low, high = 0, 0
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    for _ in range(200 * n):
+        if len(ports) == n:
+            break
+        candidate = rng.randint(low, high) if high else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in ports:
+            ports.append(port)
+    if len(ports) < n:
+        raise ClusterError(f"found only {len(ports)} free loopback ports of {n}")
+    return ports
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def _claim_ip_block(root: Path, cluster_id: str) -> int:
@@ -272,31 +328,29 @@ class Cluster:
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         _clear_workdir(workdir)
-        cid = uuid.uuid4().hex
-        ports = {
-            name: free_port()
-            for name in (
-                "etcd",
-                "etcd-peer",
-                "apiserver",
-                "kcm",
-                "scheduler",
-                "kueue-webhook",
-                "kueue-health",
-                "kueue-visibility",
-                "kubelet",
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self = cls(
+                workdir=workdir,
+                id=uuid.uuid4().hex,
+                bin_dir=bin_dir,
+                ports=dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True)),
             )
-        }
-        self = cls(workdir=workdir, id=cid, bin_dir=bin_dir, ports=ports)
-        self.ip_block = _claim_ip_block(_CLAIMS_ROOT, cid)
-        self.nodes = [n.to_json() for n in _nodes.default_nodes(hgx_nodes, cpu_nodes)]
-        self._die_with_parent = die_with_parent
-        try:
-            self._start(list(kueue_frameworks), timeout, log)
-        except BaseException:
-            self.dump_logs_tail(log)
-            self.stop()
-            raise
+            self.ip_block = _claim_ip_block(_CLAIMS_ROOT, self.id)
+            self.nodes = [n.to_json() for n in _nodes.default_nodes(hgx_nodes, cpu_nodes)]
+            self._die_with_parent = die_with_parent
+            try:
+                self._start(list(kueue_frameworks), timeout, log)
+            except BaseException as e:
+                lost = self.lost_port() if isinstance(e, ClusterError) else None
+                if lost is None or attempt == START_ATTEMPTS:
+                    self.dump_logs_tail(log)
+                self.stop()
+                if lost is None or attempt == START_ATTEMPTS:
+                    raise
+                log(f"{lost} lost its port to another process; starting again with fresh ports")
+                _clear_workdir(workdir)
+                continue
+            break
         return self
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -311,6 +365,16 @@ class Cluster:
         self._popen[name] = p
         self.pids[name] = p.pid
         self._save()
+
+    def lost_port(self) -> str | None:
+        """The component whose log says it could not bind its port (None: no such line)."""
+        for name in COMPONENTS:
+            f = self.logs_dir / f"{name}.log"
+            with contextlib.suppress(OSError):
+                text = f.read_text(errors="replace").lower()
+                if any(marker in text for marker in BIND_FAILURES):
+                    return name
+        return None
 
     def _check_running(self, name: str) -> None:
         p = self._popen.get(name)
