@@ -8,16 +8,28 @@ STAMP := $(VENV)/.aviflow-installed
 UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format sysdeps bench bench-admission clean
+.PHONY: venv demo test lint format sysdeps bench bench-admission clean lock images
 .PHONY: hub
 
-$(STAMP): pyproject.toml constraints.txt
+# .venv installs from the same lock as the images (requirements.lock, `make lock`).
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(VENV)/bin/uv --version 2>/dev/null | grep -q $(UV_VERSION) || $(PY) -m pip install -q uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --python $(PY) -c constraints.txt -e '.[$(EXTRAS)]'
+	$(VENV)/bin/uv pip install --python $(PY) -c requirements.lock -e '.[$(EXTRAS)]'
 	@touch $@
 
 venv: $(STAMP)
+
+# Re-pin requirements.lock after a change to pyproject.toml or constraints.txt.
+lock:
+	@test -x $(VENV)/bin/uv || $(MAKE) venv
+	bash tools/lock.sh
+
+# The hub, notebook and trainer images with buildah into images/.build/oci (images/README.md);
+# REGISTRY=host/path also pushes them; IMAGES="hub" builds a subset.
+IMAGES ?= hub notebook trainer
+images: venv sysdeps
+	REGISTRY=$(REGISTRY) bash images/build.sh $(IMAGES)
 
 # System packages and tools the tests drive for real (browser, PostgreSQL, proxy, Go builds).
 sysdeps:

@@ -20,10 +20,11 @@ if [[ ! -x /usr/bin/chromium ]]; then
   need_apt+=(chromium)
 fi
 # --- end notebook
-# --- images (issue 10): mmdebstrap builds the base root filesystem (images/base/build.sh)
-if ! command -v mmdebstrap >/dev/null 2>&1; then
-  need_apt+=(mmdebstrap)
-fi
+# --- images (issue 10): mmdebstrap builds the base root filesystem (images/base/build.sh),
+# buildah the images on it (images/build.sh), umoci unpacks them for the image tests.
+for tool in mmdebstrap buildah umoci; do
+  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
+done
 # --- end images
 if ((${#need_apt[@]})); then
   apt-get update -qq

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# make images: the base, then the hub, notebook and trainer images with buildah (chroot
+# isolation, layer cache, --timestamp 0), into the OCI layout images/.build/oci, tagged
+# <version>-<lock hash>. No Docker engine and no registry are needed; REGISTRY=host/path also
+# pushes each image there. Writes images/.build/images.json (tag, digest, size, build time).
+#
+#   images/build.sh [NAME ...]       # default: hub notebook trainer
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=$root/images/.build
+python=${PYTHON:-$root/.venv/bin/python}
+names=("$@")
+((${#names[@]})) || names=(hub notebook trainer)
+ca=${EGRESS_CA:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}
+chp_version=4.6.3
+store=(--root "$build/storage" --runroot "$build/run" --storage-driver "${STORAGE_DRIVER:-overlay}")
+
+version=$("$python" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+lock_hash=$(sha256sum requirements.lock | cut -c1-12)
+tag=$version-$lock_hash
+source=${SOURCE_URL:-https://github.com/aviflow/aviflow}
+mkdir -p "$build/context" "$build/oci"
+# One build at a time per checkout (parallel test sessions, a `make images` meanwhile).
+exec 9> "$build/.lock"
+flock 9
+report=$build/images.jsonl
+: > "$report"
+
+# 1. the base root filesystem (mmdebstrap), rebuilt when its package list or script changes
+base_key=$(cat images/base/packages.txt images/base/build.sh images/base/Containerfile | sha256sum | cut -c1-12)
+if [[ ! -f $build/base/rootfs.tar || "$(cat "$build/base/key" 2>/dev/null)" != "$base_key" ]]; then
+  bash images/base/build.sh "$build/base/rootfs.tar"
+  echo "$base_key" > "$build/base/key"
+fi
+base=localhost/aviflow/base:$(cut -c1-12 "$build/base/rootfs.tar.sha256")
+if ! buildah "${store[@]}" inspect --type image "$base" >/dev/null 2>&1; then
+  buildah "${store[@]}" bud --quiet --isolation chroot --timestamp 0 \
+    -f images/base/Containerfile -t "$base" "$build/base" >/dev/null
+fi
+
+# 2. the wheelhouse (every wheel of the lock; the builds install offline from it), the aviflow
+#    wheel and configurable-http-proxy
+wheels=$build/wheelhouse
+if [[ "$(cat "$wheels/.lock-hash" 2>/dev/null)" != "$lock_hash" ]]; then
+  mkdir -p "$wheels"
+  "$python" -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" -r requirements.lock
+  echo "$lock_hash" > "$wheels/.lock-hash"
+fi
+rm -rf "$build/context/wheels"
+# (a fixed SOURCE_DATE_EPOCH makes the wheel, and so the layers above it, the same each time)
+SOURCE_DATE_EPOCH=1700000000 "$root/.venv/bin/uv" build --quiet --wheel \
+  --out-dir "$build/context/wheels" "$root"
+chp=$build/context/configurable-http-proxy
+if [[ "$(cat "$chp/version" 2>/dev/null)" != "$chp_version" ]]; then
+  rm -rf "$chp"
+  npm install --silent --no-fund --no-audit --omit=dev --prefix "$chp" \
+    "configurable-http-proxy@$chp_version"
+  echo "$chp_version" > "$chp/version"
+fi
+
+# 3. the images (the notebook image is built on the trainer image)
+[[ " ${names[*]} " == *" notebook "* && " ${names[*]} " != *" trainer "* ]] && names=(trainer "${names[@]}")
+ordered=()
+for name in hub trainer notebook; do
+  [[ " ${names[*]} " == *" $name "* ]] && ordered+=("$name")
+done
+for name in "${names[@]}"; do
+  [[ -f images/$name/Containerfile ]] || { echo "images/build.sh: no image $name (hub, notebook, trainer)" >&2; exit 2; }
+done
+for name in "${ordered[@]}"; do
+  image=localhost/aviflow/$name:$tag
+  start=$(date +%s.%N)
+  buildah "${store[@]}" bud --quiet --layers --isolation chroot --timestamp 0 \
+    --volume "$wheels:/wheels:ro" \
+    --build-arg "BASE=$base" --build-arg "TRAINER=localhost/aviflow/trainer:$tag" \
+    --build-arg "VERSION=$version" --build-arg "LOCK_HASH=$lock_hash" --build-arg "SOURCE=$source" \
+    -f "images/$name/Containerfile" -t "$image" . >/dev/null
+  built=$(date +%s.%N)
+  id=$(buildah "${store[@]}" inspect --type image --format '{{.FromImageID}}' "$image")
+  if [[ "$(cat "$build/oci/$name.id" 2>/dev/null)" != "$id:$tag" ]]; then
+    rm -rf "$build/oci/$name" "$build/oci/$name.id"
+    buildah "${store[@]}" push --quiet "$image" "oci:$build/oci/$name:$tag"
+    echo "$id:$tag" > "$build/oci/$name.id"
+  fi
+  if [[ -n ${REGISTRY:-} ]]; then
+    buildah "${store[@]}" push --quiet "$image" "docker://$REGISTRY/$name:$tag"
+  fi
+  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$build/oci/$name" "$start" "$built" <<'PY'
+import json, sys, time
+from pathlib import Path
+report, name, image, tag, lock_hash, layout, start, built = sys.argv[1:]
+index = json.loads((Path(layout) / "index.json").read_text())
+digest = index["manifests"][0]["digest"]
+blob = lambda d: Path(layout) / "blobs" / d.replace(":", "/")
+manifest = json.loads(blob(digest).read_text())
+config = json.loads(blob(manifest["config"]["digest"]).read_text())
+row = {
+    "name": name, "image": image, "tag": tag, "lockHash": lock_hash, "digest": digest,
+    "layout": layout, "ref": tag, "user": config["config"].get("User", ""),
+    "compressedBytes": sum(layer["size"] for layer in manifest["layers"]),
+    "buildSeconds": round(float(built) - float(start), 1),
+    "pushSeconds": round(time.time() - float(built), 1),
+}
+with open(report, "a") as f:
+    f.write(json.dumps(row) + "\n")
+print(f"{image}  {digest[:19]}  {row['compressedBytes'] / 1e6:.0f} MB compressed  "
+      f"built in {row['buildSeconds']} s, exported in {row['pushSeconds']} s")
+PY
+done
