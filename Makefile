@@ -8,7 +8,7 @@ STAMP := $(VENV)/.aviflow-installed
 UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format sysdeps bench bench-admission clean lock images
+.PHONY: venv demo test lint format sysdeps bench bench-admission clean lock images images-clean
 .PHONY: hub
 
 # .venv installs from the same lock as the images (requirements.lock, `make lock`).
@@ -30,6 +30,10 @@ lock:
 IMAGES ?= hub notebook trainer
 images: venv sysdeps
 	REGISTRY=$(REGISTRY) bash images/build.sh $(IMAGES)
+
+# Everything `make images` and the image tests keep (layer cache, wheelhouse, unpacked images).
+images-clean:
+	rm -rf images/.build
 
 # System packages and tools the tests drive for real (browser, PostgreSQL, proxy, Go builds).
 sysdeps:

@@ -135,7 +135,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=200)
     ns_args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="aviflow-bench-admission-"))
-    cluster = Cluster.start(work / "cluster")
+    cluster = Cluster.start(work / "cluster", host_mode=True)
     try:
         cluster.kubectl("apply", "--server-side", "-f", "-", input=committed())
         cluster.kubectl("wait", "--for=condition=Established", "crd/trainjobs.aviflow.dev")

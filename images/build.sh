@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # make images: the base, then the hub, notebook and trainer images with buildah (chroot
 # isolation, layer cache, --timestamp 0), into the OCI layout images/.build/oci, tagged
-# <version>-<lock hash>. No Docker engine and no registry are needed; REGISTRY=host/path also
+# <version>-<lock hash> (refs <name>-<version>-<lock hash> in the layout). No Docker engine and no registry are needed; REGISTRY=host/path also
 # pushes each image there. Writes images/.build/images.json (tag, digest, size, build time).
 #
 #   images/build.sh [NAME ...]       # default: hub notebook trainer
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=$root/images/.build
+build=${IMAGES_BUILD_DIR:-$root/images/.build}
 python=${PYTHON:-$root/.venv/bin/python}
 names=("$@")
 ((${#names[@]})) || names=(hub notebook trainer)
@@ -20,7 +20,7 @@ version=$("$python" -c 'import tomllib; print(tomllib.load(open("pyproject.toml"
 lock_hash=$(sha256sum requirements.lock | cut -c1-12)
 tag=$version-$lock_hash
 source=${SOURCE_URL:-https://github.com/aviflow/aviflow}
-mkdir -p "$build/context" "$build/oci"
+mkdir -p "$build/context" "$build/pushed"
 # One build at a time per checkout (parallel test sessions, a `make images` meanwhile).
 exec 9> "$build/.lock"
 flock 9
@@ -33,7 +33,7 @@ if [[ ! -f $build/base/rootfs.tar || "$(cat "$build/base/key" 2>/dev/null)" != "
   bash images/base/build.sh "$build/base/rootfs.tar"
   echo "$base_key" > "$build/base/key"
 fi
-base=localhost/aviflow/base:$(cut -c1-12 "$build/base/rootfs.tar.sha256")
+base=localhost/aviflow/base:$(cat "$build/base/rootfs.tar.sha256" images/base/Containerfile | sha256sum | cut -c1-12)
 if ! buildah "${store[@]}" inspect --type image "$base" >/dev/null 2>&1; then
   buildah "${store[@]}" bud --quiet --isolation chroot --timestamp 0 \
     -f images/base/Containerfile -t "$base" "$build/base" >/dev/null
@@ -78,26 +78,31 @@ for name in "${ordered[@]}"; do
     -f "images/$name/Containerfile" -t "$image" . >/dev/null
   built=$(date +%s.%N)
   id=$(buildah "${store[@]}" inspect --type image --format '{{.FromImageID}}' "$image")
-  if [[ "$(cat "$build/oci/$name.id" 2>/dev/null)" != "$id:$tag" ]]; then
-    rm -rf "$build/oci/$name" "$build/oci/$name.id"
-    buildah "${store[@]}" push --quiet "$image" "oci:$build/oci/$name:$tag"
-    echo "$id:$tag" > "$build/oci/$name.id"
+  # one layout for all images, so the notebook shares the trainer's blobs; ref <name>-<tag>
+  if [[ "$(cat "$build/pushed/$name" 2>/dev/null)" != "$id:$tag" ]] ||
+    ! grep -q "\"$name-$tag\"" "$build/oci/index.json" 2>/dev/null; then
+    buildah "${store[@]}" push --quiet "$image" "oci:$build/oci:$name-$tag"
+    echo "$id:$tag" > "$build/pushed/$name"
   fi
   if [[ -n ${REGISTRY:-} ]]; then
     buildah "${store[@]}" push --quiet "$image" "docker://$REGISTRY/$name:$tag"
   fi
-  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$build/oci/$name" "$start" "$built" <<'PY'
+  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$build/oci" "$start" "$built" <<'PY'
 import json, sys, time
 from pathlib import Path
 report, name, image, tag, lock_hash, layout, start, built = sys.argv[1:]
 index = json.loads((Path(layout) / "index.json").read_text())
-digest = index["manifests"][0]["digest"]
+ref = f"{name}-{tag}"
+digest = next(
+    m["digest"] for m in index["manifests"]
+    if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref
+)
 blob = lambda d: Path(layout) / "blobs" / d.replace(":", "/")
 manifest = json.loads(blob(digest).read_text())
 config = json.loads(blob(manifest["config"]["digest"]).read_text())
 row = {
     "name": name, "image": image, "tag": tag, "lockHash": lock_hash, "digest": digest,
-    "layout": layout, "ref": tag, "user": config["config"].get("User", ""),
+    "layout": layout, "ref": ref, "user": config["config"].get("User", ""),
     "compressedBytes": sum(layer["size"] for layer in manifest["layers"]),
     "buildSeconds": round(float(built) - float(start), 1),
     "pushSeconds": round(time.time() - float(built), 1),
@@ -108,3 +113,14 @@ print(f"{image}  {digest[:19]}  {row['compressedBytes'] / 1e6:.0f} MB compressed
       f"built in {row['buildSeconds']} s, exported in {row['pushSeconds']} s")
 PY
 done
+
+# 4. what no image refers to any more: blobs of the layout (umoci gc), and unpacked images
+#    (the image tests', the test cluster's node agent's) of digests it no longer has
+umoci gc --layout "$build/oci"
+if [[ -d $build/bundles ]]; then
+  keep=$(grep -o 'sha256:[0-9a-f]*' "$build/oci/index.json" | tr : - | sort -u)
+  for bundle in "$build"/bundles/sha256-*; do
+    [[ -d $bundle ]] || continue
+    grep -qx "$(basename "$bundle")" <<< "$keep" || rm -rf "$bundle"
+  done
+fi

@@ -18,8 +18,9 @@ CLUSTER_CLI = PYTHONPATH=tests/cluster$(if $(PYTHONPATH),:$(PYTHONPATH)) GOTOOLC
 cluster-build:
 	$(CLUSTER_CLI) build
 
+# Host mode: pods whose image `make images` has not built run on this machine's Python.
 cluster-up:
-	@$(CLUSTER_CLI) up --dir $(CLUSTER_DIR)
+	@$(CLUSTER_CLI) up --host-mode --dir $(CLUSTER_DIR)
 
 cluster-down:
 	@$(CLUSTER_CLI) down --dir $(CLUSTER_DIR)

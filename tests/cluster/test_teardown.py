@@ -55,7 +55,12 @@ def test_stop_leaves_no_process(tmp_path, k8s_cluster, monkeypatch):
     said: list[str] = []
     try:
         cluster = Cluster.start(
-            tmp_path / "c", hgx_nodes=1, cpu_nodes=1, die_with_parent=True, log=said.append
+            tmp_path / "c",
+            hgx_nodes=1,
+            cpu_nodes=1,
+            die_with_parent=True,
+            log=said.append,
+            host_mode=True,
         )
     finally:
         taken.close()

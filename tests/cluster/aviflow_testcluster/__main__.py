@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--dir", type=Path, default=Path(".cluster"), help="cluster directory")
     sub.choices["up"].add_argument("--hgx-nodes", type=int, default=4)
     sub.choices["up"].add_argument("--cpu-nodes", type=int, default=2)
+    sub.choices["up"].add_argument(
+        "--host-mode",
+        action="store_true",
+        help="pods whose image is not in images/.build/oci run on the host (else ErrImagePull)",
+    )
     args = ap.parse_args(argv)
 
     if args.cmd == "build":
@@ -49,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         if c is None:
             if (workdir / "state.json").exists():
                 Cluster.load(workdir).stop()
-            c = Cluster.start(workdir, hgx_nodes=args.hgx_nodes, cpu_nodes=args.cpu_nodes)
+            c = Cluster.start(
+                workdir,
+                hgx_nodes=args.hgx_nodes,
+                cpu_nodes=args.cpu_nodes,
+                host_mode=args.host_mode,
+            )
         else:
             print(f"cluster already running in {workdir}", file=sys.stderr)
         print(f"export KUBECONFIG={c.kubeconfig}")

@@ -201,6 +201,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tls-cert", required=True)
     ap.add_argument("--tls-key", required=True)
     ap.add_argument("--nodes", required=True, help="JSON list of node specs")
+    ap.add_argument(
+        "--images", default="", help="the OCI layout of images pods may run in (make images)"
+    )
+    ap.add_argument("--image-cache", default="", help="where images are unpacked, per digest")
+    ap.add_argument(
+        "--host-mode",
+        action="store_true",
+        help="run a container whose image is not in --images on the host (else ErrImagePull)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s"

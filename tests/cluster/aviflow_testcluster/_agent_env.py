@@ -172,10 +172,7 @@ class EnvMixin:
     def argv_for(self, c: dict, env: dict[str, str]) -> list[str]:
         command = [expand(a, env) for a in c.get("command") or []]
         args = [expand(a, env) for a in c.get("args") or []]
-        argv = command + args
-        if not argv:
-            raise ValueError(f"container {c['name']} has no command/args (images are not run)")
-        return argv
+        return command + args
 
     def check_config(self) -> None:
         """Every container's env and command resolve (referenced ConfigMaps/Secrets exist)."""

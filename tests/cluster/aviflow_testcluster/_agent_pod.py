@@ -2,7 +2,9 @@
 
 Sandbox directory and pod IP, a private ``/etc/hosts`` (rewritten in place as the
 namespace's pods come and go), volumes and config retried until they resolve, init
-containers then containers in their own mount+UTS namespaces (``unshare``), supervision
+containers then containers in their own mount+UTS namespaces (``unshare``), each inside its
+image when the image is in the agent's OCI layouts (``_oci``; otherwise ``ErrImagePull``, or
+the host's root filesystem when the agent runs in host mode), supervision
 with ``restartPolicy``, status through the status subresource, and deletion (SIGTERM,
 SIGKILL after the grace period, sweep, final delete). The environment and volumes are
 ``EnvMixin`` (``_agent_env``) and ``VolumesMixin`` (``_agent_volumes``).
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -23,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from kubernetes import client
 
-from . import _procs
+from . import _oci, _procs
 from ._agent_common import RUNTIME, SETUP_RETRY_SECONDS, log, now, pod_dir
-from ._agent_env import EnvMixin
+from ._agent_env import EnvMixin, expand
 from ._agent_volumes import VolumesMixin
 
 if TYPE_CHECKING:
@@ -54,6 +57,8 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
         self.phase = "Pending"
         self.start_time = now()
         self.marker = f"{agent.args.cluster_id}/pod/{self.uid}"
+        # container name -> its unpacked image (None: run on the host, in host mode)
+        self.bundles: dict[str, _oci.Bundle | None] = {}
 
     # ------------------------------------------------------------ helpers
     @property
@@ -209,6 +214,8 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
         if not self.set_up(
             self.mount_volumes, "ContainerCreating", "MountVolume.SetUp failed: "
         ) or not self.set_up(self.check_config, "CreateContainerConfigError"):
+            return
+        if not self.pull_images():
             return
 
         # init containers, one after the other (sidecars keep running)
@@ -395,6 +402,8 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
         try:
             env = self.env_for(c)
             argv = self.argv_for(c, env)
+            if not argv and self.bundles.get(name) is None:
+                raise ValueError(f"container {name} has no command/args (host mode runs no image)")
         except Exception as e:
             table[name] = _waiting(c, "CreateContainerConfigError", str(e))
             self.patch_status()
@@ -407,22 +416,31 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
                 if not src.exists():
                     src.mkdir(parents=True)
             mounts.append((str(src), m["mountPath"], bool(m.get("readOnly"))))
-        workdir = c.get("workingDir") or str(self.dir / "rootfs-cwd")
-        script = _sandbox_script(self.dir / "hosts", self.hostname(), mounts, workdir)
-        full = [
-            "unshare",
-            "--mount",
-            "--uts",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            *argv,
-        ]
-        (self.dir / "rootfs-cwd").mkdir(exist_ok=True)
+        bundle = self.bundles.get(name)
+        if bundle is not None:
+            try:
+                full = self.image_argv(c, bundle, env, mounts, restart_count)
+            except Exception as e:
+                table[name] = _waiting(c, "CreateContainerConfigError", str(e))
+                self.patch_status()
+                raise
+        else:
+            workdir = c.get("workingDir") or str(self.dir / "rootfs-cwd")
+            script = _sandbox_script(self.dir / "hosts", self.hostname(), mounts, workdir)
+            full = [
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                *argv,
+            ]
+            (self.dir / "rootfs-cwd").mkdir(exist_ok=True)
         with open(log_path, "ab") as out:
             p = subprocess.Popen(
                 full,
@@ -445,7 +463,7 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
         table[name] = {
             "name": name,
             "image": c.get("image", ""),
-            "imageID": "",
+            "imageID": bundle.digest if bundle is not None else "",
             "containerID": f"{RUNTIME.split(':')[0]}://{self.uid}-{name}-{restart_count}",
             "ready": True,
             "started": True,
@@ -453,6 +471,83 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
             "state": {"running": {"startedAt": now()}},
         }
         return p
+
+    def pull_images(self) -> bool:
+        """Find every container's image in the agent's OCI layouts and unpack it (once per
+        digest, shared by all pods). An image that is not there: host mode runs the container
+        on the host; otherwise the pod waits like the kubelet's, ``ErrImagePull`` then
+        ``ImagePullBackOff``, retrying until the image appears or the pod is deleted."""
+        args = self.agent.args
+        containers = [*(self.spec.get("initContainers") or []), *self.spec["containers"]]
+        attempt = 0
+        while not self.deleting.is_set():
+            missing = []
+            for c in containers:
+                if c["name"] in self.bundles:
+                    continue
+                image = c.get("image", "")
+                layout, ref = _oci.locate(Path(args.images), image) if args.images else (None, "")
+                try:
+                    if layout is None:
+                        raise _oci.ImageError("the node agent has no image layouts")
+                    self.bundles[c["name"]] = _oci.unpack(layout, ref, Path(args.image_cache))
+                except _oci.ImageError as e:
+                    if args.host_mode:
+                        self.bundles[c["name"]] = None
+                    else:
+                        missing.append((c, f'Failed to pull image "{image}": {e}'))
+            if not missing:
+                return True
+            reason = "ErrImagePull" if attempt == 0 else "ImagePullBackOff"
+            for c, message in missing:
+                if attempt:
+                    message = f'Back-off pulling image "{c.get("image", "")}"'
+                table = self.statuses if c in self.spec["containers"] else self.init_statuses
+                table[c["name"]] = _waiting(c, reason, message)
+            if attempt < 2:
+                log.warning("pod %s/%s: %s: %s", self.namespace, self.name, reason, missing[0][1])
+                self.patch_status()
+            attempt += 1
+            self.deleting.wait(min(SETUP_RETRY_SECONDS * attempt, 10))
+        return False
+
+    def image_argv(
+        self,
+        c: dict,
+        bundle: _oci.Bundle,
+        env: dict[str, str],
+        mounts: list[tuple[str, str, bool]],
+        restart_count: int,
+    ) -> list[str]:
+        """A container inside its image: its own writable layer (under the pod's sandbox),
+        the image's Entrypoint/Cmd/Env/WorkingDir/User with the pod's command, args, env,
+        workingDir and securityContext over them, the pod's /etc/hosts and volumes."""
+        image = bundle.process()
+        argv = image.argv(
+            [expand(a, env) for a in c.get("command") or []],
+            [expand(a, env) for a in c.get("args") or []],
+        )
+        if not argv:
+            raise ValueError(f"container {c['name']}: neither the pod nor the image has a command")
+        sc = {**(self.spec.get("securityContext") or {}), **(c.get("securityContext") or {})}
+        uid = sc.get("runAsUser", image.uid)
+        gid = sc.get("runAsGroup", image.gid if "runAsUser" not in sc else uid)
+        rw = self.dir / "containers" / f"{c['name']}-{restart_count}"
+        shutil.rmtree(rw, ignore_errors=True)
+        rw.mkdir(parents=True)
+        binds = [(self.dir / "hosts", "/etc/hosts", False)]
+        binds += [(Path(src), dst, ro) for src, dst, ro in mounts]
+        return _oci.run_argv(
+            bundle,
+            rw,
+            argv,
+            env=_image_env(c, image, env),
+            binds=binds,
+            cwd=c.get("workingDir") or image.cwd,
+            user=(int(uid), int(gid)),
+            hostname=self.hostname(),
+            pid_namespace=False,
+        )
 
     def set_up(self, step: Callable[[], object], reason: str, prefix: str = "") -> bool:
         """Run ``step`` until it succeeds, retrying like the kubelet (a ConfigMap such as
@@ -473,6 +568,18 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
                     reported = message
             self.deleting.wait(SETUP_RETRY_SECONDS)
         return False
+
+
+def _image_env(c: dict, image: _oci.ImageProcess, env: dict[str, str]) -> dict[str, str]:
+    """The image's environment, then the pod's: what ``env_for`` derived from the host (PATH,
+    HOME, LANG) gives way to the image's unless the container sets it itself."""
+    own = {e["name"] for e in c.get("env") or []}
+    merged = dict(image.env)
+    for k, v in env.items():
+        if k in ("PATH", "HOME", "LANG") and k not in own and k in merged:
+            continue
+        merged[k] = v
+    return merged
 
 
 def _waiting(c: dict, reason: str, message: str = "") -> dict:

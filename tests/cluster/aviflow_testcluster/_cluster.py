@@ -168,6 +168,9 @@ def _claim_ip_block(root: Path, cluster_id: str) -> int:
 
 
 _CLAIMS_ROOT = Path("/tmp/aviflow-testcluster")
+_REPO = Path(__file__).resolve().parents[3]
+DEFAULT_IMAGES = _REPO / "images" / ".build" / "oci"
+DEFAULT_IMAGE_CACHE = _REPO / "images" / ".build" / "bundles"
 
 
 def _kubeconfig(server: str, ca: bytes, crt: bytes, key: bytes, user: str = "admin") -> dict:
@@ -206,6 +209,11 @@ class Cluster:
     ip_block: int = 0
     nodes: list[dict] = field(default_factory=list)
     api_services: list[str] = field(default_factory=list)
+    # the OCI layout whose images pods run in (images/build.sh), where they are unpacked, and
+    # whether a pod whose image is not there runs on the host instead of ErrImagePull
+    images: str = ""
+    image_cache: str = ""
+    host_mode: bool = False
     _popen: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     # ----------------------------------------------------------------- paths
@@ -317,11 +325,17 @@ class Cluster:
         die_with_parent: bool = False,
         timeout: float = 180,
         log: Callable[[str], None] | None = None,
+        images: Path | None = DEFAULT_IMAGES,
+        image_cache: Path = DEFAULT_IMAGE_CACHE,
+        host_mode: bool = False,
     ) -> Cluster:
         """Build if needed, then start everything and wait until it is usable.
 
         ``die_with_parent`` makes the top processes receive SIGKILL if the calling
         process dies (pytest); ``make cluster-up`` leaves it off so they outlive it.
+        Pods run inside their images when ``images`` (the OCI layout ``make images``
+        writes) has them; any other pod waits with ``ErrImagePull``, unless
+        ``host_mode`` lets it run on the host's root filesystem and Python.
         """
         log = log or (lambda m: print(m, file=sys.stderr, flush=True))
         bin_dir = _build.build(log=log)
@@ -338,6 +352,9 @@ class Cluster:
             self.ip_block = _claim_ip_block(_CLAIMS_ROOT, self.id)
             self.nodes = [n.to_json() for n in _nodes.default_nodes(hgx_nodes, cpu_nodes)]
             self._die_with_parent = die_with_parent
+            self.images = str(images or "")
+            self.image_cache = str(image_cache)
+            self.host_mode = host_mode
             try:
                 self._start(list(kueue_frameworks), timeout, log)
             except BaseException as e:
@@ -515,6 +532,9 @@ class Cluster:
                 f"--tls-key={pki / 'kubelet.key'}",
                 f"--nodes={d / 'nodes.json'}",
                 f"--kubernetes-port={p['apiserver']}",
+                f"--images={self.images}",
+                f"--image-cache={self.image_cache}",
+                *(["--host-mode"] if self.host_mode else []),
             ],
             env={
                 **self._env(),
@@ -746,6 +766,9 @@ class Cluster:
             "pids": self.pids,
             "ip_block": self.ip_block,
             "nodes": self.nodes,
+            "images": self.images,
+            "image_cache": self.image_cache,
+            "host_mode": self.host_mode,
         }
         state["launcher_pid"] = os.getpid()
         tmp = self.workdir / "state.json.tmp"

@@ -1,6 +1,6 @@
 """Run a process inside an OCI image, as a container runtime would, without one.
 
-An image in a local OCI layout (``images/build.sh`` writes ``images/.build/oci/<name>``) is
+An image in a local OCI layout (``images/build.sh`` writes ``images/.build/oci``) is
 unpacked once per manifest digest with ``umoci`` into a cache (:func:`unpack`). Each run gets
 its own writable overlay on that read-only root filesystem, its own mount and PID namespaces,
 ``/proc``, ``/dev`` and a private ``/tmp``, the bind mounts it asks for, and then runs as the
@@ -8,7 +8,7 @@ image's user with the image's environment and working directory (:func:`run_argv
 builder of the ``unshare`` command line). Killing the returned process kills everything in it
 (``unshare --kill-child``), and the namespace takes its mounts with it.
 
->>> b = unpack(Path("images/.build/oci/hub"), "0.1.0-abc", Path("/var/cache/x"))  # doctest: +SKIP
+>>> b = unpack(Path("images/.build/oci"), "hub-0.1.0-abc", Path("/var/cache/x"))  # doctest: +SKIP
 >>> subprocess.run(run_argv(b, rw, ["jupyterhub", "--version"]))            # doctest: +SKIP
 """
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 UNPACK_TIMEOUT = 900
+IMAGE_CONFIG = "image-config.json"  # the OCI image config, kept beside umoci's bundle
 
 
 class ImageError(RuntimeError):
@@ -41,6 +42,15 @@ class ImageProcess:
     cwd: str
     uid: int
     gid: int
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+
+    def argv(self, command: list[str], args: list[str]) -> list[str]:
+        """What a container runs, by Kubernetes' rule: ``command`` replaces the image's
+        Entrypoint (and drops its Cmd), ``args`` replaces its Cmd."""
+        if command:
+            return [*command, *args]
+        return [*self.entrypoint, *(args or self.cmd)]
 
 
 @dataclass(frozen=True)
@@ -58,13 +68,28 @@ class Bundle:
         spec = json.loads((self.path / "config.json").read_text())["process"]
         env = tuple(tuple(kv.split("=", 1)) for kv in spec.get("env", ()) if "=" in kv)
         user = spec.get("user", {})
+        image_config = self.path / IMAGE_CONFIG
+        config = (
+            json.loads(image_config.read_text()).get("config", {}) if image_config.exists() else {}
+        )
         return ImageProcess(
             args=tuple(spec.get("args", ())),
             env=env,  # type: ignore[arg-type]
             cwd=spec.get("cwd") or "/",
             uid=int(user.get("uid", 0)),
             gid=int(user.get("gid", 0)),
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            cmd=tuple(config.get("Cmd") or ()),
         )
+
+
+def locate(layout: Path, image: str) -> tuple[Path, str]:
+    """Where an image reference lives in the layout ``images/build.sh`` writes (one for all
+    images): ``localhost/aviflow/trainer:0.1.0-abc`` -> (``layout``, ``trainer-0.1.0-abc``)."""
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        name, tag = image, "latest"
+    return layout, f"{name.rsplit('/', 1)[-1]}-{tag}"
 
 
 def manifest_digest(layout: Path, ref: str) -> str | None:
@@ -99,6 +124,8 @@ def unpack(layout: Path, ref: str, cache: Path) -> Bundle:
     target = cache.resolve() / digest.replace(":", "-")
     with _locked(target.parent / f".{target.name}.lock"):
         if (target / "config.json").is_file():
+            if not (target / IMAGE_CONFIG).is_file():  # unpacked before configs were kept
+                _keep_config(layout, digest, target)
             return Bundle(target, digest)
         tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -111,8 +138,15 @@ def unpack(layout: Path, ref: str, cache: Path) -> Bundle:
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise ImageError(f"umoci could not unpack {layout}:{ref}: {proc.stderr.strip()[-500:]}")
+        _keep_config(layout, digest, tmp)
         tmp.rename(target)
     return Bundle(target, digest)
+
+
+def _keep_config(layout: Path, digest: str, bundle: Path) -> None:
+    blob = lambda d: layout / "blobs" / d.replace(":", "/")  # noqa: E731
+    manifest = json.loads(blob(digest).read_text())
+    shutil.copy(blob(manifest["config"]["digest"]), bundle / IMAGE_CONFIG)
 
 
 # Inside the new mount namespace: an overlay with a writable layer of this run's own, /proc,
@@ -142,12 +176,16 @@ def run_argv(
     binds: Sequence[tuple[Path, str, bool]] = (),
     cwd: str | None = None,
     user: tuple[int, int] | None = None,
+    hostname: str | None = None,
+    pid_namespace: bool = True,
 ) -> list[str]:
     """The command line that runs ``argv`` (default: the image's own) inside ``bundle``.
 
     ``rw`` is this run's scratch directory (its writable layer; remove it afterwards);
     ``env`` is added to the image's; ``binds`` are ``(host path, path in the image, read
-    only)``; ``cwd`` and ``user`` (uid, gid) override the image's.
+    only)``; ``cwd`` and ``user`` (uid, gid) override the image's; ``hostname`` gives the run
+    a UTS namespace of its own; ``pid_namespace=False`` keeps the caller's PID namespace
+    (so the command is not PID 1 there and keeps default signal handling).
     """
     image = bundle.process()
     merged_env = dict(image.env)
@@ -170,14 +208,17 @@ def run_argv(
         "USERSPEC": f"{uid}:{gid}",
         **{f"BIND{i}": str(src) for i, (src, _, _) in enumerate(binds)},
     }
+    if hostname is not None:
+        variables["HOSTNAME_"] = hostname[:63]
+        binds_script.append('hostname "$HOSTNAME_"')
+    namespaces = ["--mount", *(["--uts"] if hostname is not None else [])]
+    if pid_namespace:
+        namespaces += ["--pid", "--fork", "--kill-child"]
     return [
         "env",
         *(f"{k}={v}" for k, v in variables.items()),
         "unshare",
-        "--mount",
-        "--pid",
-        "--fork",
-        "--kill-child",
+        *namespaces,
         "--propagation",
         "private",
         "sh",

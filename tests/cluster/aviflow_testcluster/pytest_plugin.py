@@ -26,6 +26,12 @@ __all__ = [
 ]
 
 
+# The session's cluster opts into host mode: the tests' pods name images such as
+# aviflow/trainer:latest that are not built, and run on this machine's Python. A pod whose
+# image is in images/.build/oci (make images) runs inside it all the same.
+HOST_MODE = True
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Build the binaries up front when a selected test needs the cluster."""
     needed = any("k8s_cluster" in getattr(item, "fixturenames", ()) for item in items)
@@ -92,7 +98,9 @@ def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         cluster = Cluster.start(
-            tmp_path_factory.mktemp("k8s-cluster", numbered=True), die_with_parent=True
+            tmp_path_factory.mktemp("k8s-cluster", numbered=True),
+            die_with_parent=True,
+            host_mode=HOST_MODE,
         )
         atexit.register(cluster.stop)
         try:
@@ -114,7 +122,7 @@ def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
                 cluster.stop()
                 cluster = None
         if cluster is None:
-            cluster = Cluster.start(workdir, die_with_parent=False)
+            cluster = Cluster.start(workdir, die_with_parent=False, host_mode=HOST_MODE)
         users.append(os.getpid())
         users_file.write_text(json.dumps(users))
 
