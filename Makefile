@@ -32,7 +32,9 @@ images: venv sysdeps
 	REGISTRY=$(REGISTRY) bash images/build.sh $(IMAGES)
 
 # Everything `make images` and the image tests keep (layer cache, wheelhouse, unpacked images).
+# (buildah's store keeps mounts of its own under images/.build/storage: unmount them first)
 images-clean:
+	@awk '{print $$2}' /proc/mounts | grep '^$(CURDIR)/images/.build/' | sort -r | xargs -r -n1 umount
 	rm -rf images/.build
 
 # System packages and tools the tests drive for real (browser, PostgreSQL, proxy, Go builds).
