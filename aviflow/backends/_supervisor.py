@@ -17,12 +17,12 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from aviflow import _procs, hang
+from aviflow._ports import free_port
 from aviflow.backends._admission import decide
 from aviflow.backends.local import QUEUE_LOCK, read_quotas, scan_queues
 from aviflow.failures import attribute
@@ -52,12 +52,6 @@ QUEUE_POLL_SECONDS = 0.25
 RECORD_GRACE = 0.3  # let a failing rank finish writing its failure record
 NODE_LOG_TAIL = 20000
 RANK_LOG_TAIL = 4000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Supervisor:
@@ -133,7 +127,7 @@ class Supervisor:
 
     # -- one attempt -----------------------------------------------------------------------------
     def _spawn_nodes(self, attempt: int) -> None:
-        port = _free_port()
+        port = free_port()
         self.nodes = []
         for rank in range(self.job.spec.nodes):
             node = RuntimeEnv(

@@ -19,8 +19,6 @@ import base64
 import contextlib
 import json
 import os
-import random
-import socket
 import ssl
 import subprocess
 import sys
@@ -33,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from aviflow import _ports
 
 from . import _build, _certs, _kueue, _nodes, _procs
 
@@ -94,43 +94,14 @@ BIND_FAILURES = ("address already in use", "failed to listen on")
 START_ATTEMPTS = 3
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports that are free now, below the kernel's ephemeral range.
-
-    The kernel gives outgoing connections ports from ``ip_local_port_range``, and a test
-    run opens thousands of them; a number from below that range can only be lost to
-    another explicit bind (another cluster starting), which ``Cluster.start`` survives by
-    trying again with fresh ports.
-    """
-    low = 10000
-    high = _ephemeral_range()[0] - 1
-    if high - low < 10 * n:  # an unusual range: let the kernel pick
-        low, high = 0, 0
-    rng = random.SystemRandom()
-    ports: list[int] = []
-    for _ in range(200 * n):
-        if len(ports) == n:
-            break
-        candidate = rng.randint(low, high) if high else 0
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            port = s.getsockname()[1]
-        if port not in ports:
-            ports.append(port)
-    if len(ports) < n:
-        raise ClusterError(f"found only {len(ports)} free loopback ports of {n}")
-    return ports
+    """``n`` distinct loopback ports, below the kernel's ephemeral range (``aviflow._ports``);
+    one can still be lost to another cluster starting, which ``Cluster.start`` survives by
+    trying again with fresh ports."""
+    try:
+        return _ports.free_ports(n)
+    except OSError as e:
+        raise ClusterError(str(e)) from None
 
 
 def free_port() -> int:
