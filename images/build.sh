@@ -74,7 +74,10 @@ for name in "${ordered[@]}"; do
   buildah "${store[@]}" bud --quiet --layers --isolation chroot --timestamp 0 \
     --volume "$wheels:/wheels:ro" \
     --build-arg "BASE=$base" --build-arg "TRAINER=localhost/aviflow/trainer:$tag" \
-    --build-arg "VERSION=$version" --build-arg "LOCK_HASH=$lock_hash" --build-arg "SOURCE=$source" \
+    --label "org.opencontainers.image.title=aviflow-$name" \
+    --label "org.opencontainers.image.version=$version" \
+    --label "org.opencontainers.image.source=$source" \
+    --label "dev.aviflow.lock-hash=$lock_hash" \
     -f "images/$name/Containerfile" -t "$image" . >/dev/null
   built=$(date +%s.%N)
   id=$(buildah "${store[@]}" inspect --type image --format '{{.FromImageID}}' "$image")

@@ -149,6 +149,8 @@ TRAIN = textwrap.dedent("""
     total = acc.reduce(torch.tensor([float(acc.process_index + 1)]), reduction="sum")
     line = f"rank {acc.process_index}/{acc.num_processes} {acc.distributed_type.value} sum {total.item()}"
     os.write(1, (line + "\\n").encode())  # one write: the two ranks share the pipe
+    acc.wait_for_everyone()
+    torch.distributed.destroy_process_group()  # not left to gloo's threads at exit
 """)
 
 

@@ -14,16 +14,16 @@ builder of the ``unshare`` command line). Killing the returned process kills eve
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._lock import locked
 
 UNPACK_TIMEOUT = 900
 IMAGE_CONFIG = "image-config.json"  # the OCI image config, kept beside umoci's bundle
@@ -104,17 +104,6 @@ def manifest_digest(layout: Path, ref: str) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def unpack(layout: Path, ref: str, cache: Path) -> Bundle:
     """The image ``ref`` of ``layout`` unpacked under ``cache/<digest>`` (once per digest;
     concurrent callers wait for the first). Raises :class:`ImageError` when it is not there."""
@@ -122,7 +111,7 @@ def unpack(layout: Path, ref: str, cache: Path) -> Bundle:
     if digest is None:
         raise ImageError(f"no image {ref!r} in the OCI layout {layout}")
     target = cache.resolve() / digest.replace(":", "-")
-    with _locked(target.parent / f".{target.name}.lock"):
+    with locked(target.parent / f".{target.name}.lock"):
         if (target / "config.json").is_file():
             if not (target / IMAGE_CONFIG).is_file():  # unpacked before configs were kept
                 _keep_config(layout, digest, target)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from . import _build, _procs
 from ._cluster import Cluster
+from ._lock import locked
 
 __all__ = [
     "k8s_cluster",
@@ -65,16 +65,6 @@ def pytest_runtest_makereport(item, call):
     report.sections.append(("test cluster: component logs", "\n".join(tails)))
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _users(path: Path) -> list[int]:
     try:
         pids = json.loads(path.read_text())
@@ -113,7 +103,7 @@ def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
     root = tmp_path_factory.getbasetemp().parent / "k8s-cluster-shared"
     root.mkdir(exist_ok=True)
     lock, users_file, workdir = root / "lock", root / "users.json", root / "cluster"
-    with _locked(lock):
+    with locked(lock):
         users = _users(users_file)
         cluster = None
         if users and (workdir / "state.json").exists():
@@ -127,7 +117,7 @@ def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
         users_file.write_text(json.dumps(users))
 
     def leave() -> None:
-        with _locked(lock):
+        with locked(lock):
             left = [p for p in _users(users_file) if p != os.getpid()]
             users_file.write_text(json.dumps(left))
             if not left:
