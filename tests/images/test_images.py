@@ -4,8 +4,10 @@ container runtime would (``aviflow_testcluster._oci``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -60,7 +62,7 @@ def oci_config(row: dict[str, Any]) -> dict[str, Any]:
 def test_every_image_is_tagged_labelled_and_runs_as_a_user(
     built_images: dict[str, dict[str, Any]], bundles: dict[str, _oci.Bundle]
 ) -> None:
-    lock_hash = __import__("hashlib").sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()
+    lock_hash = hashlib.sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()
     for name, row in built_images.items():
         assert row["tag"] == f"0.1.0-{lock_hash[:12]}"
         config = oci_config(row)
@@ -213,8 +215,6 @@ def local_certificates() -> list[str]:
 def test_no_certificate_or_secret_of_the_build_is_left_in_an_image(
     bundles: dict[str, _oci.Bundle], image: str
 ) -> None:
-    import subprocess
-
     rootfs = bundles[image].rootfs
     assert not (rootfs / "run" / "secrets").exists() or not any(
         (rootfs / "run" / "secrets").iterdir()

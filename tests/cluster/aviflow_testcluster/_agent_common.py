@@ -42,3 +42,16 @@ def container_log_path(
             raise ValueError(f"pod {namespace}/{pod} has containers {names}; name one")
         container = names[0]
     return logs / f"{container}.log"
+
+
+def waiting(c: dict, reason: str, message: str = "") -> dict:
+    """A container status that waits with ``reason`` (and ``message``)."""
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason, **({"message": message} if message else {})}},
+    }

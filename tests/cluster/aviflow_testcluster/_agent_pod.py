@@ -7,7 +7,8 @@ image when the image is in the agent's OCI layouts (``_oci``; otherwise ``ErrIma
 the host's root filesystem when the agent runs in host mode), supervision
 with ``restartPolicy``, status through the status subresource, and deletion (SIGTERM,
 SIGKILL after the grace period, sweep, final delete). The environment and volumes are
-``EnvMixin`` (``_agent_env``) and ``VolumesMixin`` (``_agent_volumes``).
+``EnvMixin`` (``_agent_env``), ``VolumesMixin`` (``_agent_volumes``) and
+``ImageMixin`` (``_agent_image``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import threading
@@ -27,15 +27,16 @@ from typing import TYPE_CHECKING
 from kubernetes import client
 
 from . import _oci, _procs
-from ._agent_common import RUNTIME, SETUP_RETRY_SECONDS, log, now, pod_dir
-from ._agent_env import EnvMixin, expand
+from ._agent_common import RUNTIME, SETUP_RETRY_SECONDS, log, now, pod_dir, waiting
+from ._agent_env import EnvMixin
+from ._agent_image import ImageMixin
 from ._agent_volumes import VolumesMixin
 
 if TYPE_CHECKING:
     from ._agent import Agent
 
 
-class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
+class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
     """Runs one pod: sandbox, volumes, init containers, containers, status, deletion."""
 
     def __init__(self, agent: Agent, pod: dict) -> None:
@@ -205,9 +206,9 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
         self.set_condition("ContainersReady", False, "ContainersNotReady")
         self.set_condition("Ready", False, "ContainersNotReady")
         for c in self.spec.get("initContainers") or []:
-            self.init_statuses[c["name"]] = _waiting(c, "PodInitializing")
+            self.init_statuses[c["name"]] = waiting(c, "PodInitializing")
         for c in self.spec["containers"]:
-            self.statuses[c["name"]] = _waiting(c, "ContainerCreating")
+            self.statuses[c["name"]] = waiting(c, "ContainerCreating")
         self.write_hosts()
         self.agent.refresh_hosts(self.namespace)
         self.patch_status()
@@ -405,7 +406,7 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
             if not argv and self.bundles.get(name) is None:
                 raise ValueError(f"container {name} has no command/args (host mode runs no image)")
         except Exception as e:
-            table[name] = _waiting(c, "CreateContainerConfigError", str(e))
+            table[name] = waiting(c, "CreateContainerConfigError", str(e))
             self.patch_status()
             raise
         mounts = []
@@ -421,7 +422,7 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
             try:
                 full = self.image_argv(c, bundle, env, mounts, restart_count)
             except Exception as e:
-                table[name] = _waiting(c, "CreateContainerConfigError", str(e))
+                table[name] = waiting(c, "CreateContainerConfigError", str(e))
                 self.patch_status()
                 raise
         else:
@@ -472,83 +473,6 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
         }
         return p
 
-    def pull_images(self) -> bool:
-        """Find every container's image in the agent's OCI layouts and unpack it (once per
-        digest, shared by all pods). An image that is not there: host mode runs the container
-        on the host; otherwise the pod waits like the kubelet's, ``ErrImagePull`` then
-        ``ImagePullBackOff``, retrying until the image appears or the pod is deleted."""
-        args = self.agent.args
-        containers = [*(self.spec.get("initContainers") or []), *self.spec["containers"]]
-        attempt = 0
-        while not self.deleting.is_set():
-            missing = []
-            for c in containers:
-                if c["name"] in self.bundles:
-                    continue
-                image = c.get("image", "")
-                layout, ref = _oci.locate(Path(args.images), image) if args.images else (None, "")
-                try:
-                    if layout is None:
-                        raise _oci.ImageError("the node agent has no image layouts")
-                    self.bundles[c["name"]] = _oci.unpack(layout, ref, Path(args.image_cache))
-                except _oci.ImageError as e:
-                    if args.host_mode:
-                        self.bundles[c["name"]] = None
-                    else:
-                        missing.append((c, f'Failed to pull image "{image}": {e}'))
-            if not missing:
-                return True
-            reason = "ErrImagePull" if attempt == 0 else "ImagePullBackOff"
-            for c, message in missing:
-                if attempt:
-                    message = f'Back-off pulling image "{c.get("image", "")}"'
-                table = self.statuses if c in self.spec["containers"] else self.init_statuses
-                table[c["name"]] = _waiting(c, reason, message)
-            if attempt < 2:
-                log.warning("pod %s/%s: %s: %s", self.namespace, self.name, reason, missing[0][1])
-                self.patch_status()
-            attempt += 1
-            self.deleting.wait(min(SETUP_RETRY_SECONDS * attempt, 10))
-        return False
-
-    def image_argv(
-        self,
-        c: dict,
-        bundle: _oci.Bundle,
-        env: dict[str, str],
-        mounts: list[tuple[str, str, bool]],
-        restart_count: int,
-    ) -> list[str]:
-        """A container inside its image: its own writable layer (under the pod's sandbox),
-        the image's Entrypoint/Cmd/Env/WorkingDir/User with the pod's command, args, env,
-        workingDir and securityContext over them, the pod's /etc/hosts and volumes."""
-        image = bundle.process()
-        argv = image.argv(
-            [expand(a, env) for a in c.get("command") or []],
-            [expand(a, env) for a in c.get("args") or []],
-        )
-        if not argv:
-            raise ValueError(f"container {c['name']}: neither the pod nor the image has a command")
-        sc = {**(self.spec.get("securityContext") or {}), **(c.get("securityContext") or {})}
-        uid = sc.get("runAsUser", image.uid)
-        gid = sc.get("runAsGroup", image.gid if "runAsUser" not in sc else uid)
-        rw = self.dir / "containers" / f"{c['name']}-{restart_count}"
-        shutil.rmtree(rw, ignore_errors=True)
-        rw.mkdir(parents=True)
-        binds = [(self.dir / "hosts", "/etc/hosts", False)]
-        binds += [(Path(src), dst, ro) for src, dst, ro in mounts]
-        return _oci.run_argv(
-            bundle,
-            rw,
-            argv,
-            env=_image_env(c, image, env),
-            binds=binds,
-            cwd=c.get("workingDir") or image.cwd,
-            user=(int(uid), int(gid)),
-            hostname=self.hostname(),
-            pid_namespace=False,
-        )
-
     def set_up(self, step: Callable[[], object], reason: str, prefix: str = "") -> bool:
         """Run ``step`` until it succeeds, retrying like the kubelet (a ConfigMap such as
         ``kube-root-ca.crt`` may appear only after the pod); meanwhile every container waits
@@ -563,35 +487,11 @@ class PodRunner(EnvMixin, VolumesMixin, threading.Thread):
                 if message != reported:
                     log.warning("pod %s/%s: %s: %s", self.namespace, self.name, reason, message)
                     for c in self.spec["containers"]:
-                        self.statuses[c["name"]] = _waiting(c, reason, message)
+                        self.statuses[c["name"]] = waiting(c, reason, message)
                     self.patch_status()
                     reported = message
             self.deleting.wait(SETUP_RETRY_SECONDS)
         return False
-
-
-def _image_env(c: dict, image: _oci.ImageProcess, env: dict[str, str]) -> dict[str, str]:
-    """The image's environment, then the pod's: what ``env_for`` derived from the host (PATH,
-    HOME, LANG) gives way to the image's unless the container sets it itself."""
-    own = {e["name"] for e in c.get("env") or []}
-    merged = dict(image.env)
-    for k, v in env.items():
-        if k in ("PATH", "HOME", "LANG") and k not in own and k in merged:
-            continue
-        merged[k] = v
-    return merged
-
-
-def _waiting(c: dict, reason: str, message: str = "") -> dict:
-    return {
-        "name": c["name"],
-        "image": c.get("image", ""),
-        "imageID": "",
-        "ready": False,
-        "started": False,
-        "restartCount": 0,
-        "state": {"waiting": {"reason": reason, **({"message": message} if message else {})}},
-    }
 
 
 def _sandbox_script(
