@@ -137,6 +137,18 @@ def cmd_ls(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_images(ns: argparse.Namespace) -> int:
+    from aviflow.images import TRACKED
+
+    rows = [["NAME", "IMAGE", "LOCK", *(n.upper() for n in TRACKED)]]
+    for i, image in enumerate(_backend(ns).images()):
+        name = f"{image.name} (default)" if i == 0 else image.name
+        pins = [image.packages.get(n, "-") for n in TRACKED]
+        rows.append([name, image.image or "-", image.lock_hash or "-", *pins])
+    _table(rows)
+    return 0
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     job = api.get(ns.id, _backend(ns))
     record = job.status_record()
@@ -252,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_submit)
 
     sub.add_parser("ls", help="list jobs").set_defaults(func=cmd_ls)
+    sub.add_parser(
+        "images", help="the trainer images jobs may run in (spec.image, --image)"
+    ).set_defaults(func=cmd_images)
 
     p = sub.add_parser("status", help="show a job's status")
     p.add_argument("id")

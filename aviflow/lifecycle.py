@@ -73,10 +73,13 @@ class Admitted:
 
 @dataclass(frozen=True)
 class NodesUp:
-    """Every node of ``attempt`` is running the training program."""
+    """Every node of ``attempt`` is running the training program. ``images``: the image
+    digests its containers run (the kubelet's ``imageID``), recorded on ``RUNNING`` as
+    ``data.imageIDs``."""
 
     time: float
     attempt: int
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,9 @@ class Lifecycle:
             case Admitted():
                 return self._admitted(obs)
             case NodesUp() if obs.attempt == self.attempt and self.state is JobState.STARTING:
-                return self._emit([Event(EventType.RUNNING, obs.attempt, "running", obs.time)])
+                data = {"imageIDs": list(obs.images)} if obs.images else {}
+                running = Event(EventType.RUNNING, obs.attempt, "running", obs.time, data)
+                return self._emit([running])
             case NodeExited() if obs.attempt == self.attempt and obs.code != 0:
                 return self._stop(_Why.FAILURE, f"node {obs.node} exited with {obs.code}")
             case Hung() if obs.attempt == self.attempt and self.state.is_active():

@@ -346,6 +346,46 @@ class Owner:
 
 
 @dataclass(frozen=True)
+class TrainerImage:
+    """A trainer image a job may run in: an entry of the configured list (``--image NAME``)
+    and what every job records at submission (``meta.json``'s ``image``).
+
+    ``name``: what users pick it by; ``image``: the reference pods pull (empty for the local
+    backend, whose jobs run in the submitting machine's Python); ``lockHash``: the dependency
+    lock it was built from; ``packages``: versions of the packages a notebook should match
+    (torch, accelerate, aviflow), by distribution name.
+    """
+
+    name: str
+    image: str = ""
+    lock_hash: str = ""
+    packages: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "image": self.image,
+            "lockHash": self.lock_hash,
+            "packages": dict(self.packages),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainerImage:
+        packages = d.get("packages") or {}
+        return cls(
+            name=str(d.get("name") or ""),
+            image=str(d.get("image") or ""),
+            lock_hash=str(d.get("lockHash") or ""),
+            packages={str(k): str(v) for k, v in packages.items()},
+        )
+
+    def describe(self) -> str:
+        """``name (reference, lock hash)``, as messages name it."""
+        where = ", ".join(x for x in (self.image, self.lock_hash and f"lock {self.lock_hash}") if x)
+        return f"{self.name} ({where})" if where else self.name
+
+
+@dataclass(frozen=True)
 class JobMeta:
     """What was recorded at submission (``meta.json``); never changes afterwards."""
 
@@ -357,9 +397,10 @@ class JobMeta:
     backend: str = ""
     code_hash: str = ""
     origin: dict[str, Any] = field(default_factory=dict)
+    image: TrainerImage | None = None  # the environment it runs in (None: not recorded)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "name": self.name,
             "user": self.user,
@@ -369,6 +410,9 @@ class JobMeta:
             "codeHash": self.code_hash,
             "origin": self.origin,
         }
+        if self.image is not None:
+            out["image"] = self.image.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobMeta:
@@ -381,6 +425,9 @@ class JobMeta:
             backend=str(d.get("backend") or ""),
             code_hash=str(d.get("codeHash") or ""),
             origin=dict(d.get("origin") or {}),
+            image=TrainerImage.from_dict(d["image"])
+            if isinstance(d.get("image"), Mapping)
+            else None,
         )
 
 

@@ -54,7 +54,7 @@ RESERVED_ENV = frozenset(
 )
 _NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
 _QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+IMAGE_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 _MEMORY_MAX = 64 * 2**40
 _CPU_MAX = 1024
 
@@ -208,7 +208,7 @@ class TrainJobSpec(StrictModel):
     image: str | None = Field(
         None,
         description="The trainer image (default: the configured one).",
-        json_schema_extra=_schema(maxLength=255, pattern=_IMAGE.pattern),
+        json_schema_extra=_schema(maxLength=255, pattern=IMAGE_REFERENCE.pattern),
     )
     script: str | None = Field(
         None,
@@ -314,7 +314,7 @@ class TrainJobSpec(StrictModel):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
-        if v is not None and not _IMAGE.fullmatch(v):
+        if v is not None and not IMAGE_REFERENCE.fullmatch(v):
             raise ValueError(
                 f"{v!r} is not an image reference, e.g. 'registry.example.com/trainer:1.0'"
             )

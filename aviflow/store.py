@@ -55,6 +55,7 @@ from aviflow.records import (
     JobStatus,
     LogChunk,
     MetricRow,
+    TrainerImage,
 )
 
 if TYPE_CHECKING:  # the spec (pydantic) is imported only where a spec is read or written,
@@ -699,9 +700,13 @@ class RunStore:
         code_hash: str = "",
         origin: dict[str, Any] | None = None,
         job_id: str | None = None,
+        image: TrainerImage | None = None,
+        owner_ids: tuple[int, int] | None = None,
     ) -> RunDir:
         """Write a new job directory whole, then move it into place under a fresh unique id
         (or ``job_id``, which must be free: a TrainJob created on the cluster by name).
+        ``owner_ids``: the uid and gid the job's processes run as, given the directory when
+        they are not this process's (pods as uid 1000, a controller as root).
 
         ``files`` maps paths relative to the job directory to their content. The directory
         only appears under the root when complete; a failure leaves nothing behind.
@@ -732,8 +737,11 @@ class RunStore:
                 backend=backend,
                 code_hash=code_hash,
                 origin=dict(origin or {}),
+                image=image,
             )
             (staging / "meta.json").write_text(json.dumps(meta.to_dict(), indent=2))
+            if owner_ids is not None and owner_ids != (os.geteuid(), os.getegid()):
+                _chown_tree(staging, *owner_ids)
             try:
                 os.rename(staging, home / job_id)
             except BaseException:
@@ -765,6 +773,13 @@ class RunStore:
         self._found.pop(job_id, None)
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    os.chown(top, uid, gid)
+    for parent, dirs, names in os.walk(top):
+        for name in (*dirs, *names):
+            os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
 
 
 def _is_home(entry: os.DirEntry[str]) -> bool:

@@ -2,7 +2,8 @@
 # make images: the base, then the hub, notebook and trainer images with buildah (chroot
 # isolation, layer cache, --timestamp 0), into the OCI layout images/.build/oci, tagged
 # <version>-<lock hash> (refs <name>-<version>-<lock hash> in the layout). No Docker engine and no registry are needed; REGISTRY=host/path also
-# pushes each image there. Writes images/.build/images.json (tag, digest, size, build time).
+# pushes each image there. Writes images/.build/images.jsonl (tag, digest, size, build time,
+# pinned packages) and images/.build/trainer-images.yaml (the trainer's entry for `images`).
 #
 #   images/build.sh [NAME ...]       # default: hub notebook trainer
 set -euo pipefail
@@ -84,16 +85,24 @@ for name in "${ordered[@]}"; do
   # one layout for all images, so the notebook shares the trainer's blobs; ref <name>-<tag>
   if [[ "$(cat "$build/pushed/$name" 2>/dev/null)" != "$id:$tag" ]] ||
     ! grep -q "\"$name-$tag\"" "$build/oci/index.json" 2>/dev/null; then
+    # (buildah leaves the manifest the ref named before in the index, untagged: untag it
+    #  first, so that `umoci gc` below frees its blobs)
+    umoci rm --image "$build/oci:$name-$tag" 2>/dev/null || true
     buildah "${store[@]}" push --quiet "$image" "oci:$build/oci:$name-$tag"
     echo "$id:$tag" > "$build/pushed/$name"
+    collect=1
   fi
   if [[ -n ${REGISTRY:-} ]]; then
     buildah "${store[@]}" push --quiet "$image" "docker://$REGISTRY/$name:$tag"
   fi
-  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$build/oci" "$start" "$built" <<'PY'
-import json, sys, time
+  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$build/oci" "$start" "$built" \
+    "$version" "${REGISTRY:+$REGISTRY/$name:$tag}" <<'PY'
+import json, re, sys, time
 from pathlib import Path
-report, name, image, tag, lock_hash, layout, start, built = sys.argv[1:]
+report, name, image, tag, lock_hash, layout, start, built, version, pushed = sys.argv[1:]
+# what a notebook should match (aviflow.images.TRACKED): the lock's pins and our version
+pins = dict(re.findall(r"^(torch|accelerate)==(\S+)", Path("requirements.lock").read_text(), re.M))
+packages = {**(pins if name != "hub" else {}), "aviflow": version}
 index = json.loads((Path(layout) / "index.json").read_text())
 ref = f"{name}-{tag}"
 digest = next(
@@ -109,6 +118,7 @@ row = {
     "compressedBytes": sum(layer["size"] for layer in manifest["layers"]),
     "buildSeconds": round(float(built) - float(start), 1),
     "pushSeconds": round(time.time() - float(built), 1),
+    "packages": packages, "pushed": pushed,
 }
 with open(report, "a") as f:
     f.write(json.dumps(row) + "\n")
@@ -117,9 +127,31 @@ print(f"{image}  {digest[:19]}  {row['compressedBytes'] / 1e6:.0f} MB compressed
 PY
 done
 
-# 4. what no image refers to any more: blobs of the layout (umoci gc), and unpacked images
+# 4. the trainer's entry for the cluster settings' `images` list (api.kubernetes.images in
+#    the hub config): what --image picks it by, and the versions notebooks are checked against
+"$python" - "$report" "$build/trainer-images.yaml" <<'PY'
+import json, sys
+from pathlib import Path
+import yaml
+rows = [json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines()]
+for row in rows:
+    if row["name"] == "trainer":
+        entry = {
+            "name": f"trainer-{row['lockHash']}", "image": row["pushed"] or row["image"],
+            "lockHash": row["lockHash"], "packages": row["packages"],
+        }
+        Path(sys.argv[2]).write_text(
+            "# written by images/build.sh: add it to api.kubernetes.images in the hub config\n"
+            + yaml.safe_dump({"images": [entry]}, sort_keys=False)
+        )
+PY
+
+# 5. what no image refers to any more: blobs of the layout (umoci gc), and unpacked images
 #    (the image tests', the test cluster's node agent's) of digests it no longer has
-umoci gc --layout "$build/oci"
+#    (gc reads every blob, about a minute for the trainer's: only after a push)
+if [[ -n ${collect:-} ]]; then
+  umoci gc --layout "$build/oci"
+fi
 if [[ -d $build/bundles ]]; then
   keep=$(grep -o 'sha256:[0-9a-f]*' "$build/oci/index.json" | tr : - | sort -u)
   for bundle in "$build"/bundles/sha256-*; do

@@ -21,7 +21,11 @@ Fixtures here:
 ``crd_installed``, ``make_pool``
     The TrainJob CRD on that cluster (session), and ``make_pool(teams, controller=True)``: a
     namespace wired for Aviflow (Kueue queues per team, the run-store volume, the controller
-    in this process, a ``KubernetesBackend``). See ``tests/k8s/aviflow_pool.py``.
+    in this process, a ``KubernetesBackend``; its pods run in the built trainer image). See
+    ``tests/k8s/aviflow_pool.py``.
+``built_images``, ``bundles`` (session)
+    The hub, notebook and trainer images built by ``images/build.sh`` (report rows), and
+    each unpacked. See ``tests/images/aviflow_images.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from aviflow.backends.local import LocalBackend
 # Aviflow on it (tests/k8s/aviflow_pool.py): `crd_installed`, `make_pool`.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "k8s"))
-pytest_plugins = ["aviflow_testcluster.pytest_plugin", "aviflow_pool"]
+sys.path.insert(0, str(Path(__file__).resolve().parent / "images"))
+pytest_plugins = ["aviflow_testcluster.pytest_plugin", "aviflow_images", "aviflow_pool"]
 
 
 @pytest.fixture

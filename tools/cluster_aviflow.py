@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests" / "cluster"), str(ROOT / "tests" / "k8s")]
 
@@ -49,17 +51,14 @@ def main() -> int:
     objects += run_store_volume(NAMESPACE, str(runs), "demo-aviflow-runs")
     cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
     settings = workdir / "aviflow.yaml"
-    settings.write_text(
-        json.dumps(
-            {
-                "namespace": NAMESPACE,
-                "python": sys.executable,  # the test cluster runs pods on this machine
-                "image": "aviflow/trainer:dev",
-                "runs": {"localPath": str(runs)},
-            },
-            indent=2,
-        )
-    )
+    section: dict[str, object] = {"namespace": NAMESPACE, "runs": {"localPath": str(runs)}}
+    built = ROOT / "images" / ".build" / "trainer-images.yaml"
+    if built.exists():  # make images: pods run in the trainer image, as uid 1000
+        section["images"] = yaml.safe_load(built.read_text())["images"]
+    else:  # pods run on this machine's Python (the cluster is up in host mode)
+        section.update(python=sys.executable, image="aviflow/trainer:dev")
+        print("no trainer image built (make images): pods run on this machine's Python")
+    settings.write_text(json.dumps(section, indent=2))
     print(f"namespace {NAMESPACE}: LocalQueues {', '.join(TEAMS)}; settings in {settings}")
     print(
         f"export KUBECONFIG={cluster.kubeconfig} AVIFLOW_BACKEND=kubernetes AVIFLOW_K8S_CONFIG={settings}"

@@ -16,7 +16,8 @@ Optional (defaults here)
     the Helm values), ``start()`` / ``stop()`` (a backend-owned controller or watcher),
     ``reconcile(ids)`` (record what only the backend can notice, e.g. a dead supervisor),
     ``summaries(limit)`` (one record per job for list views), ``quota(queue)`` and
-    ``queues()``, ``render(job)`` (the manifests or argv it would create),
+    ``queues()``, ``images()`` (the trainer images ``--image`` may pick, the first being
+    the default), ``render(job)`` (the manifests or argv it would create),
     ``checkpoint_path(ref)`` (where a checkpoint is on this machine), ``changes(done)``
     (the change feed the hub's ledger follows).
 
@@ -47,6 +48,7 @@ from aviflow.records import (
     MetricRow,
     Owner,
     QueueQuota,
+    TrainerImage,
 )
 from aviflow.spec import TrainJob
 
@@ -162,6 +164,11 @@ class Backend(ABC):
 
     def queues(self) -> list[QueueQuota]:
         """Every queue with a quota this backend knows (default: none)."""
+        return []
+
+    def images(self) -> list[TrainerImage]:
+        """The trainer images jobs may run in, the default first (default: none known).
+        ``submit`` records the one a job runs in as ``JobMeta.image``."""
         return []
 
     def render(self, job: TrainJob) -> list[dict[str, Any]] | None:

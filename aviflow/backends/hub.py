@@ -39,6 +39,7 @@ from aviflow.records import (
     MetricRow,
     Owner,
     QueueQuota,
+    TrainerImage,
 )
 from aviflow.spec import TrainJob
 from aviflow.store import RunStore
@@ -187,7 +188,10 @@ class HubBackend(Backend):
             )
         return RunStore(self.runs_mount).checkpoint_path(ref)
 
-    # -- queues and usage ------------------------------------------------------------------------
+    # -- images, queues and usage ----------------------------------------------------------------
+    def images(self) -> list[TrainerImage]:
+        return [TrainerImage.from_dict(i) for i in self.request("GET", "images")["images"]]
+
     def queues(self) -> list[QueueQuota]:
         return [QueueQuota.from_dict(q) for q in self.request("GET", "queues")["queues"]]
 

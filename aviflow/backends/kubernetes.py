@@ -32,7 +32,7 @@ from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads, queue_quota
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.names import slugify
-from aviflow.records import JobStatus, Owner, QueueQuota
+from aviflow.records import JobStatus, Owner, QueueQuota, TrainerImage
 from aviflow.spec import TrainJob
 from aviflow.store import RunStore
 
@@ -87,6 +87,9 @@ class KubernetesBackend(StoreReads, Backend):
         from kubernetes.client.exceptions import ApiException
 
         owner = owner or Owner(getpass.getuser())
+        image = self.settings.resolve_image(job.spec.image)
+        # every attempt runs in the image resolved now, whatever the list says later
+        job = job.with_changes(image=image.image)
         custom = self._custom()
         run = self.store.create(
             job,
@@ -96,6 +99,8 @@ class KubernetesBackend(StoreReads, Backend):
             backend=self.name,
             code_hash=bundle.content_hash,
             origin={**bundle.origin, "namespace": self.settings.namespace},
+            image=image,
+            owner_ids=self.settings.pod_ids(),
         )
         ref = m.JobRef(run.id, "", run.path.parent.name, owner.team)
         body = m.trainjob(job, ref, owner.user, self.settings)
@@ -141,6 +146,9 @@ class KubernetesBackend(StoreReads, Backend):
             f"cancel of {job_id}: the controller has not stopped the job in {CANCEL_WAIT:.0f}s; "
             "is `python -m aviflow.operator` running?"
         )
+
+    def images(self) -> list[TrainerImage]:
+        return self.settings.trainer_images()
 
     def queues(self) -> list[QueueQuota]:
         """Every LocalQueue of the namespace with its ClusterQueue's GPU quota and use, and

@@ -33,8 +33,9 @@ from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, JobNotFound
+from aviflow.images import pick, this_python
 from aviflow.lifecycle import Lifecycle, Lost, Policy
-from aviflow.records import JobState, JobStatus, Owner, PendingJob, QueueQuota
+from aviflow.records import JobState, JobStatus, Owner, PendingJob, QueueQuota, TrainerImage
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
@@ -129,8 +130,13 @@ class LocalBackend(StoreReads, Backend):
         return f"LocalBackend(root={str(self.store.root)!r}, capacity={self.capacity})"
 
     # -- the interface ---------------------------------------------------------------------------
+    def images(self) -> list[TrainerImage]:
+        """One: this machine's Python, which every job of this backend runs in."""
+        return [this_python()]
+
     def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
         owner = owner or Owner(getpass.getuser())
+        image = pick(self.images(), job.spec.image)
         need = job.spec.total_gpus
         if need > self.capacity:
             raise BackendError(
@@ -152,6 +158,7 @@ class LocalBackend(StoreReads, Backend):
             backend=self.name,
             code_hash=bundle.content_hash,
             origin=bundle.origin,
+            image=image,
         )
         step = Lifecycle(Policy.from_spec(job.spec)).submitted(time.time(), "waiting for GPU slots")
         run.record(step.events, step.lifecycle.status())

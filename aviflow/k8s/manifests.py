@@ -204,13 +204,18 @@ def attempt_job(
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
+                "securityContext": {
+                    "runAsUser": settings.run_as_user,
+                    "runAsGroup": settings.run_as_group,
+                    "runAsNonRoot": True,
+                },
                 "terminationGracePeriodSeconds": settings.termination_grace_seconds,
                 "nodeSelector": dict(settings.node_selector),
                 "tolerations": [dict(t) for t in settings.tolerations],
                 "containers": [
                     {
                         "name": CONTAINER,
-                        "image": spec.image or settings.image,
+                        "image": settings.reference(spec.image),
                         "command": [settings.python, "-m", "aviflow.runtime"],
                         "workingDir": str(node.run_dir),
                         "env": [

@@ -11,6 +11,7 @@ The Kubernetes backend (``api.kubernetes`` in the hub config, ``AVIFLOW_K8S_CONF
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,15 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aviflow._model import StrictModel, explain, storable_problems
 from aviflow.errors import BackendError
+from aviflow.images import pick
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
+from aviflow.records import TrainerImage
+from aviflow.spec import IMAGE_REFERENCE
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
+DEFAULT_IMAGE = "aviflow/trainer:latest"
 DEFAULT_TOLERATIONS: tuple[dict[str, str], ...] = (
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
 )
@@ -85,12 +90,57 @@ class Topology(StrictModel):
         return self
 
 
+class ImageEntry(StrictModel):
+    """One trainer image users may pick with ``--image NAME`` (``make images`` writes the
+    entry of the image it built to ``images/.build/trainer-images.yaml``)."""
+
+    name: str = Field(description="What users pick it by (a DNS-1123 label).")
+    image: str = Field(description="The reference pods pull.")
+    lock_hash: str = Field("", alias="lockHash", description="The lock it was built from.")
+    packages: dict[str, str] = Field(
+        default_factory=dict,
+        description="Versions the notebook should match (torch, accelerate, aviflow).",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not is_dns1123_label(v):
+            raise ValueError(f"{v!r} is not a name for an image ({DNS1123_LABEL.pattern})")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not IMAGE_REFERENCE.fullmatch(v):
+            raise ValueError(f"{v!r} is not an image reference")
+        return v
+
+    def record(self) -> TrainerImage:
+        return TrainerImage(self.name, self.image, self.lock_hash, dict(self.packages))
+
+
 class ClusterSettings(StrictModel):
     """How TrainJobs become pods; see the module docstring."""
 
     namespace: str = "aviflow"
-    image: str = "aviflow/trainer:latest"
+    image: str | None = Field(
+        None,
+        description="The default trainer image: a name from `images` or a reference "
+        f"(default: the first of `images`, else {DEFAULT_IMAGE}).",
+    )
+    images: list[ImageEntry] = Field(
+        default_factory=list,
+        description="The trainer images `--image` may pick; when empty, any reference.",
+    )
     python: str = Field("python", description="The trainer image's Python.")
+    run_as_user: int = Field(
+        1000,
+        alias="runAsUser",
+        ge=1,
+        description="The uid trainer pods run as (never root); it owns each job's directory.",
+    )
+    run_as_group: int = Field(1000, alias="runAsGroup", ge=0, description="Their gid.")
     runs: RunStoreVolume = Field(default_factory=RunStoreVolume)
     node_selector: dict[str, str] = Field(
         default_factory=lambda: {"aviflow.dev/node-pool": "hgx"}, alias="nodeSelector"
@@ -116,6 +166,52 @@ class ClusterSettings(StrictModel):
         if not is_dns1123_label(v):
             raise ValueError(f"{v!r} is not a namespace name ({DNS1123_LABEL.pattern})")
         return v
+
+    @model_validator(mode="after")
+    def _catalogue(self) -> ClusterSettings:
+        names = [i.name for i in self.images]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"images: {', '.join(map(repr, twice))} named more than once")
+        if self.image is not None:
+            if not IMAGE_REFERENCE.fullmatch(self.image):
+                raise ValueError(f"image: {self.image!r} is not an image reference")
+            if self.images and not any(self.image in (i.name, i.image) for i in self.images):
+                raise ValueError(
+                    f"image: {self.image!r} is none of `images` ({', '.join(names)}); "
+                    "name one of them, or add it there"
+                )
+        return self
+
+    def trainer_images(self) -> list[TrainerImage]:
+        """The images jobs may run in, the default first. Without a configured list: the
+        default image alone, its packages unknown."""
+        if not self.images:
+            return [TrainerImage("default", self.image or DEFAULT_IMAGE)]
+        records = [i.record() for i in self.images]
+        default = pick(records, self.image)
+        return [default, *(r for r in records if r is not default)]
+
+    def pod_ids(self) -> tuple[int, int] | None:
+        """Whom a new job directory is given to: the pods' uid and gid, when this process
+        may chown (root); else None (aviflow-api and the controller run as ``runAsUser``)."""
+        return (self.run_as_user, self.run_as_group) if os.geteuid() == 0 else None
+
+    def reference(self, wanted: str | None) -> str:
+        """The reference pods pull for a spec's ``image`` (pure, never refuses): a configured
+        name becomes its reference, a reference stays as it is (``submit`` checked it
+        against the list then; the list may change while the job lives), none is the
+        default."""
+        if wanted is None:
+            return self.trainer_images()[0].image
+        return next((i.image for i in self.images if i.name == wanted), wanted)
+
+    def resolve_image(self, wanted: str | None) -> TrainerImage:
+        """The image a job asking for ``wanted`` runs in (see :func:`aviflow.images.pick`);
+        without a configured list any reference is allowed, as it is."""
+        if wanted is not None and not self.images:
+            return TrainerImage("", wanted)
+        return pick(self.trainer_images(), wanted)
 
     @field_validator("node_selector")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any
 from aviflow.bundle import build_bundle
 from aviflow.errors import AviflowError, SpecError
 from aviflow.k8s import manifests as m
+from aviflow.k8s.settings import ClusterSettings
 from aviflow.names import is_dns1123_label
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
@@ -27,9 +28,15 @@ MAX_NAME = 52
 class Binder:
     """Finds, binds or creates the run directory of a TrainJob in ``store``."""
 
-    def __init__(self, store: RunStore, refuse: Callable[[Obj, str], None]) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        refuse: Callable[[Obj, str], None],
+        settings: ClusterSettings | None = None,
+    ) -> None:
         self.store = store
         self.refuse = refuse
+        self.settings = settings or ClusterSettings()
 
     @staticmethod
     def bound_here(run: RunDir, cr: Obj) -> bool:
@@ -93,6 +100,7 @@ class Binder:
             if job.spec.accelerate.config_file is not None:
                 raise SpecError("spec.accelerate.configFile needs `aviflow submit` too")
             bundle = build_bundle(job, base_dir=Path("/nonexistent"))
+            image = self.settings.resolve_image(job.spec.image)
         except AviflowError as exc:
             self.refuse(cr, str(exc))
             return None
@@ -106,6 +114,8 @@ class Binder:
                 code_hash=bundle.content_hash,
                 origin={"namespace": meta["namespace"], "via": "kubectl"},
                 job_id=meta["name"],
+                image=image,
+                owner_ids=self.settings.pod_ids(),
             )
         except FileExistsError as exc:
             self.refuse(cr, str(exc))

@@ -141,7 +141,7 @@ class Controller:
         )
         self._informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
         self._deleted: dict[str, Obj] = {}
-        self.binder = Binder(store, self._refuse)
+        self.binder = Binder(store, self._refuse, self.settings)
         self._positions_lock = threading.Lock()
         self._position_cache: dict[str, tuple[float, dict[str, int]]] = {}
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob -> what a reconcile acts on

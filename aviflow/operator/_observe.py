@@ -88,6 +88,7 @@ class PodView:
     index: int
     phase: str
     exit_code: int | None = None
+    image_id: str = ""
 
     @classmethod
     def of(cls, obj: Obj) -> PodView:
@@ -95,15 +96,16 @@ class PodView:
         annotations = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
         index = annotations.get(INDEX_LABEL, labels.get(INDEX_LABEL, "0"))
-        code = None
+        code, image_id = None, ""
         for c in status.get("containerStatuses") or []:
+            image_id = image_id or c.get("imageID") or ""
             term = (c.get("state") or {}).get("terminated")
             if term is not None:
                 code = int(term.get("exitCode", 0))
         phase = status.get("phase", "Pending")
         if obj.get("deleted"):
             phase = phase if phase in TERMINAL else "Gone"
-        return cls(int(labels.get(LABEL_ATTEMPT, "0")), int(index), phase, code)
+        return cls(int(labels.get(LABEL_ATTEMPT, "0")), int(index), phase, code, image_id)
 
     @property
     def active(self) -> bool:
@@ -234,7 +236,7 @@ def next_observation(lc: Lifecycle, snap: Snapshot, now: float) -> Observation |
         assert code is not None
         return NodeExited(now, n, index, code)
     if state is JobState.STARTING and all(snap.heartbeats.get(i) == n for i in range(snap.nodes)):
-        return NodesUp(now, n)
+        return NodesUp(now, n, tuple(sorted({p.image_id for p in pods if p.image_id})))
     return None
 
 

@@ -69,6 +69,7 @@ class AviflowMagics(Magics):
         from aviflow.store import VARS_FILE
         from aviflow_magics import _build, _origin, _resume, _vars
         from aviflow_magics._job import NotebookJob
+        from aviflow_magics._versions import version_warning
 
         ns = self.shell.user_ns if self.shell is not None else {}
         base = None
@@ -91,6 +92,7 @@ class AviflowMagics(Magics):
         start = _resume.find_resume_checkpoint(backend, options.resume, job.metadata.name, origin)
         if start is not None:
             job = job.with_changes(resumeFrom={"job": start.job_id, "step": start.step})
+        mismatch = version_warning(backend, job)
         if options.dry_run:
             from aviflow_magics._dryrun import dry_run
 
@@ -100,7 +102,11 @@ class AviflowMagics(Magics):
                 notes.append(
                     "--resume auto: no previous checkpoint of this cell or name; starts fresh"
                 )
+            if mismatch:
+                notes.append(mismatch)
             return dry_run(job, backend, bundle.files, notes=notes, origin=origin)
+        if mismatch:
+            print(mismatch)
         submitted = api.submit(job, backend=backend, extra_files=extra, origin=origin)
         handle = NotebookJob(submitted.id, submitted.backend)
         if options.out:

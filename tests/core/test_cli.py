@@ -182,3 +182,13 @@ def test_refused_submission_exits_5_and_a_wait_that_times_out_exits_124(
     assert f"aviflow: job {job_id} is still " in waited.stderr
     assert aviflow.get(job_id, LocalBackend(root=run_root)).cancel() is True
     assert leftover_processes(job_id) == []
+
+
+def test_images_lists_the_backends_trainer_images(run_root):
+    from importlib import metadata
+
+    result = cli(run_root, "images")
+    assert result.returncode == 0, result.stderr
+    torch, acc, avi = (metadata.version(n) for n in ("torch", "accelerate", "aviflow"))
+    assert result.stdout.split("\n")[1].split() == ["local", "(default)", "-", "-", torch, acc, avi]
+    assert result.stdout.split()[:6] == ["NAME", "IMAGE", "LOCK", "TORCH", "ACCELERATE", "AVIFLOW"]

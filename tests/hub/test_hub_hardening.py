@@ -94,7 +94,7 @@ def finish(hub: Any, token: str, job_id: str) -> str:
 
 def views_stay_up(hub: Any, tokens: dict[str, str]) -> None:
     for user, token in tokens.items():
-        for path in ("jobs", "queues", "usage", "usage?by=attempt"):
+        for path in ("jobs", "queues", "images", "usage", "usage?by=attempt"):
             r = hub.call("GET", path, token)
             assert r.status_code == 200, (user, path, r.text)
         for page in ("", "report"):

@@ -4,12 +4,11 @@ A real JupyterHub runs with ``spawner: kubernetes`` (the settings the Helm chart
 the ``k8s_cluster`` fixture's apiserver (``$KUBECONFIG``). alice (group ``a``) chooses the
 profile only group ``a`` may use; the hub creates her notebook pod and its home PVC; the
 scheduler puts the pod on a CPU node; the node agent runs ``jupyterhub-singleuser`` (the
-container's args; the image is ignored) and the hub reaches it at the pod's address. bob, not
-in group ``a``, cannot choose that profile.
+container's args) inside the built notebook image, as its user jovyan (uid 1000), and the hub
+reaches it at the pod's address. bob, not in group ``a``, cannot choose that profile.
 
-What the emulation changes, each set in the config below and explained in
-tests/cluster/README.md: the agent runs containers as root, hence ``--allow-root``; pods share
-the host network, hence ``notebookBind: podIP`` and a free ``notebookPort``.
+What the emulation changes, set in the config below and explained in tests/cluster/README.md:
+pods share the host network, hence ``notebookBind: podIP`` and a free ``notebookPort``.
 A kernel of the pod's server runs ``%load_ext aviflow`` and lists jobs through aviflow-api.
 """
 
@@ -37,21 +36,23 @@ import os
 %load_ext aviflow
 import aviflow
 from aviflow.backends import get_backend
+import sys
 print("ip", os.environ["POD_IP"])
 print("backend", type(get_backend()).__name__)
 print("jobs", aviflow.jobs())
+print("python", sys.executable, aviflow.__file__, os.getuid())
 """
 TOLERATION = {"key": "aviflow.dev/notebooks", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def _profiles() -> list[dict[str, Any]]:
+def _profiles(image: str) -> list[dict[str, Any]]:
     return [
         {
             "slug": "small",
             "displayName": "Small",
             "cpu": "500m",
             "memory": "1Gi",
-            "image": "aviflow/notebook:test",
+            "image": image,
             "nodeSelector": {POOL: "cpu"},
             "default": True,
         },
@@ -60,7 +61,7 @@ def _profiles() -> list[dict[str, Any]]:
             "displayName": "Medium (team a)",
             "cpu": 2,
             "memory": "3Gi",
-            "image": "aviflow/notebook:test",
+            "image": image,
             "nodeSelector": {POOL: "cpu"},
             "tolerations": [TOLERATION],
             "groups": ["a"],
@@ -100,7 +101,9 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
     hub_config: Any,
     run_in_kernel: Any,
     tmp_path: Path,
+    built_images: dict[str, dict[str, Any]],
 ) -> None:
+    notebook = built_images["notebook"]
     storage_name = f"aviflow-hub-{uuid.uuid4().hex[:8]}"
     port = free_port()
     cfg = hub_config(
@@ -110,14 +113,9 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
             "namespace": k8s_namespace,
             "notebookPort": port,
             "notebookBind": "podIP",
-            "notebookArgs": ["--allow-root"],
         },
-        profiles=_profiles(),
-        storage={
-            "capacity": "1Gi",
-            "storageClass": storage_name,
-            "mountPath": str(tmp_path / "home"),
-        },
+        profiles=_profiles(notebook["image"]),
+        storage={"capacity": "1Gi", "storageClass": storage_name, "mountPath": "/home/jovyan"},
     )
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
@@ -186,7 +184,10 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
             )
             assert env["JUPYTERHUB_SERVICE_URL"].value == f"http://$(POD_IP):{port}/user/alice/"
             assert env["POD_IP"].value_from.field_ref.field_path == "status.podIP"
-            assert container.args == ["jupyterhub-singleuser", "--allow-root"]
+            assert container.args == ["jupyterhub-singleuser"]
+            assert container.image == notebook["image"]
+            [status] = pod.status.container_statuses
+            assert status.image_id == notebook["digest"]  # the agent ran the built image
             [claim] = [
                 v.persistent_volume_claim.claim_name
                 for v in pod.spec.volumes
@@ -213,11 +214,19 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
             )
             assert put.status_code == 201, put.text
             assert (tmp_path / "pv" / "hello.txt").read_text() == "hi"
+            assert (tmp_path / "pv" / "hello.txt").stat().st_uid == 1000  # jovyan's
 
             # A kernel in the pod loads the magic and reaches aviflow-api with the pod's token.
             out, error = run_in_kernel(f"{hub.url}/user/alice/", alice, NOTEBOOK_CODE)
             assert error is None, (error, out)
-            assert out.splitlines() == [f"ip {pod.status.pod_ip}", "backend HubBackend", "jobs []"]
+            assert out.splitlines() == [
+                f"ip {pod.status.pod_ip}",
+                "backend HubBackend",
+                "jobs []",
+                # the image's Python and aviflow, as jovyan: not this machine's
+                "python /opt/aviflow/bin/python3 "
+                "/opt/aviflow/lib/python3.11/site-packages/aviflow/__init__.py 1000",
+            ]
 
             hub.stop_server("alice", alice)
             deadline = time.monotonic() + 300

@@ -4,14 +4,16 @@ aviflow-api (``api.backend: kubernetes``) into team a's LocalQueue, Kueue admits
 controller runs it as an Indexed Job on fake HGX nodes, and the notebook gets the loss
 curve, the per-rank logs and the checkpoints back through aviflow-api.
 
-The hub, aviflow-api and the controller run on this machine (not as pods); see the gaps in
-tests/cluster/README.md.
+The notebook pod runs in the built notebook image and the job's pods in the built trainer
+image (both uid 1000); the trainer image is the first of the configured ``images``, and a
+second entry with other pins shows the magic's version warning (``--dry-run``: nothing of it
+is pulled). The hub, aviflow-api and the controller run on this machine (not as pods); see
+the gaps in tests/cluster/README.md.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from importlib.resources import files
 from pathlib import Path
@@ -50,12 +52,39 @@ print("panelfalls", ys[-1] > ys[0])  # SVG y grows downwards: the curve ends low
 print("panelckpt", re.findall(r"class='aviflow-checkpoint' data-step='(\\d+)'", panel.checkpoints.table.value))
 panel.logs.rank.value = 3
 print("panellog", "=== attempt 1 rank 3" in panel.logs.text.value)
+print("image", job.meta.image.name, job.meta.image.lock_hash)
+print("imageIDs", [e.data.get("imageIDs") for e in job.events() if e.type.value == "RUNNING"])
+dry = get_ipython().run_cell_magic(
+    "aviflow_train", "--image older --dry-run --nodes 1 --gpus-per-node 1", "print(1)"
+)
+print("drywarn", " | ".join(line.strip() for line in dry.text().splitlines() if "image" in line))
+from IPython.core.error import UsageError
+try:
+    get_ipython().run_cell_magic("aviflow_train", "--image nosuch --nodes 1 --gpus-per-node 1", "print(1)")
+except UsageError as e:
+    print("unknown", " ".join(str(e).split()))
+print("jobs", len(job.backend.list_ids()))
 """
 
 
+OLDER = {
+    "name": "older",
+    "image": "localhost/aviflow/trainer:0.0.9-000000000000",
+    "lockHash": "000000000000",
+    "packages": {"torch": "2.14.0", "accelerate": "1.14.0", "aviflow": "0.0.9"},
+}
+
+
 def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
-    make_pool: Any, hub_factory: Any, hub_config: Any, run_in_kernel: Any, tmp_path: Path
+    make_pool: Any,
+    hub_factory: Any,
+    hub_config: Any,
+    run_in_kernel: Any,
+    tmp_path: Path,
+    built_images: dict[str, dict[str, Any]],
+    trainer_images: list[dict[str, Any]],
 ) -> None:
+    notebook, trainer = built_images["notebook"], trainer_images[0]
     pool = make_pool({"queue-a": {"gpus": 8}, "queue-b": {"gpus": 4}})
     storage = f"aviflow-home-{uuid.uuid4().hex[:8]}"
     import socket
@@ -71,9 +100,9 @@ def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
             "namespace": pool.namespace,
             "notebookPort": port,
             "notebookBind": "podIP",
-            "notebookArgs": ["--allow-root"],
         },
-        storage={"capacity": "1Gi", "storageClass": storage, "mountPath": str(tmp_path / "home")},
+        profiles=[{**base["profiles"][0], "image": notebook["image"], "default": True}],
+        storage={"capacity": "1Gi", "storageClass": storage, "mountPath": "/home/jovyan"},
         api={
             **base["api"],
             "backend": "kubernetes",
@@ -81,8 +110,7 @@ def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
             "kubernetes": {
                 "namespace": pool.namespace,
                 "kubeconfig": str(pool.cluster.kubeconfig),  # in a cluster: its service account
-                "python": sys.executable,
-                "image": "aviflow/trainer:test",
+                "images": [trainer, OLDER],
             },
         },
     )
@@ -107,6 +135,30 @@ def test_a_notebook_cell_trains_on_the_hgx_pool_through_aviflow_api(
             assert lines["panelfalls"] == "True", out
             assert lines["panelckpt"] == "['10', '20', '30']", out
             assert lines["panellog"] == "True", out
+            # it ran in the trainer image it recorded; the notebook's versions match it
+            assert lines["image"] == f"{trainer['name']} {trainer['lockHash']}", out
+            assert lines["imageIDs"] == f"[['{built_images['trainer']['digest']}']]", out
+            assert "warning:" not in out.split("drywarn")[0], out
+            # another configured image with other pins: the magic names each difference
+            assert lines["drywarn"] == (
+                "warning: this notebook's packages differ from trainer image older "
+                "(localhost/aviflow/trainer:0.0.9-000000000000, lock 000000000000): | "
+                "torch 2.15.0 here, 2.14.0 in the image | "
+                "accelerate 1.15.0 here, 1.14.0 in the image | "
+                "aviflow 0.1.0 here, 0.0.9 in the image | "
+                "the job runs with the image's versions; install those here (pip install "
+                "torch==2.14.0 accelerate==1.14.0 aviflow==0.0.9) or pick another image with "
+                "--image | image: older"  # (the spec it shows)
+            ), out
+            # an image not in the list is refused by aviflow-api, naming the choices; nothing
+            # was created
+            assert lines["unknown"] == (
+                "SpecError: spec.image: 'nosuch' is not a configured trainer image; choose "
+                f"one of: {trainer['name']} ({trainer['image']}, lock {trainer['lockHash']}), "
+                "older (localhost/aviflow/trainer:0.0.9-000000000000, lock 000000000000); "
+                "nothing was submitted"
+            ), out
+            assert lines["jobs"] == "1", out
             # it ran as a TrainJob in team a's LocalQueue, admitted by Kueue, on HGX nodes
             cr = json.loads(
                 pool.cluster.kubectl(

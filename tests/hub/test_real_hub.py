@@ -21,7 +21,7 @@ from aviflow.backends import get_backend
 from aviflow.backends.hub import HubBackend
 from aviflow.backends.local import LocalBackend
 from aviflow.errors import AccessDenied, JobNotFound
-from aviflow.records import PendingJob, QueueQuota
+from aviflow.records import PendingJob, QueueQuota, TrainerImage
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -158,6 +158,20 @@ def test_no_submission_to_another_teams_queue(real_hub: Any, tokens: dict[str, s
     assert "spec.scrpt: unknown key; did you mean 'script'?" in r.json()["problems"]
 
 
+def test_images_list_what_jobs_run_in(real_hub: Any, tokens: dict[str, str]) -> None:
+    """The service's backend here is the local one: one image, the service's Python (which
+    is this checkout's .venv), that every job records and the magic compares against."""
+    from importlib import metadata
+
+    r = real_hub.call("GET", "images", tokens["bob"])
+    assert r.status_code == 200, r.text
+    versions = {n: metadata.version(n) for n in ("torch", "accelerate", "aviflow")}
+    assert r.json() == {
+        "images": [{"name": "local", "image": "", "lockHash": "", "packages": versions}]
+    }
+    assert client(real_hub, tokens["alice"]).images() == [TrainerImage("local", packages=versions)]
+
+
 def test_queues_show_quota_usage_and_positions(
     real_hub: Any, tokens: dict[str, str], jobs: dict[str, str]
 ) -> None:
@@ -209,6 +223,8 @@ def test_tokens_without_the_needed_scope_are_refused(
         assert r.headers.get("Content-Type") == "application/json", (r.status_code, r.text)
         assert (r.status_code, r.json()["error"]) == (403, "AccessDenied"), r.text
     assert real_hub.call("GET", f"jobs/{jobs['alice']}/logs", no_custom).status_code == 403
+    assert real_hub.call("GET", "images", no_custom).status_code == 403
+    assert real_hub.call("GET", "images", read_only).status_code == 200
     assert real_hub.call("GET", "jobs", read_only).status_code == 200
     assert real_hub.call("POST", "jobs", read_only, json={"spec": spec()}).status_code == 403
     assert (

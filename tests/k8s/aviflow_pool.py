@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aviflow_images import trainer_images_entry
 
 from aviflow.k8s.crd import NAME, committed
 from aviflow_testcluster import wait_for
@@ -143,8 +143,15 @@ def run_store_volume(namespace: str, root: str, name: str) -> list[dict[str, Any
 
 def home_storage(api: Any, name: str, path: Path) -> None:
     """A StorageClass ``name`` and one hostPath PersistentVolume over ``path`` for a
-    KubeSpawner user's home PVC (delete both by ``name`` afterwards)."""
+    KubeSpawner user's home PVC (delete both by ``name`` afterwards). ``path`` belongs to
+    uid 1000, the notebook image's user, as a provisioner's volume would (the kubelet does
+    not apply ``fsGroup`` to hostPath volumes)."""
+    import os
+
     from kubernetes import client
+
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, 1000, 1000)
 
     client.StorageV1Api(api).create_storage_class(
         {
@@ -176,7 +183,12 @@ class Pool:
     controller (in this process) and a KubernetesBackend for it."""
 
     def __init__(
-        self, cluster: Any, namespace: str, root: Path, teams: dict[str, dict[str, Any]]
+        self,
+        cluster: Any,
+        namespace: str,
+        root: Path,
+        teams: dict[str, dict[str, Any]],
+        images: list[dict[str, Any]],
     ) -> None:
         import uuid
 
@@ -194,8 +206,7 @@ class Pool:
         self.settings = ClusterSettings.from_dict(
             {
                 "namespace": namespace,
-                "python": sys.executable,
-                "image": "aviflow/trainer:test",
+                "images": images,  # pods run in the built trainer image, as uid 1000
                 "runs": {"localPath": str(root)},
             }
         )
@@ -280,15 +291,26 @@ class Pool:
         self.api.close()
 
 
+@pytest.fixture(scope="session")
+def trainer_images(built_images: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cluster settings' ``images`` list: the trainer image ``make images`` built."""
+    return [trainer_images_entry(built_images["trainer"])]
+
+
 @pytest.fixture
-def make_pool(crd_installed: Any, k8s_namespace: str, tmp_path: Path) -> Any:
-    """``make_pool(teams={"vision": {"gpus": 8}}, controller=True) -> Pool``."""
+def make_pool(
+    crd_installed: Any, k8s_namespace: str, tmp_path: Path, trainer_images: list[dict[str, Any]]
+) -> Any:
+    """``make_pool(teams={"vision": {"gpus": 8}}, controller=True) -> Pool``: its pods run
+    in the built trainer image."""
     pools: list[Pool] = []
 
     def make(teams: dict[str, dict[str, Any]] | None = None, controller: bool = True) -> Pool:
         root = tmp_path / f"runs{len(pools)}"
         root.mkdir()
-        pool = Pool(crd_installed, k8s_namespace, root, teams or {"default": {"gpus": 8}})
+        pool = Pool(
+            crd_installed, k8s_namespace, root, teams or {"default": {"gpus": 8}}, trainer_images
+        )
         pools.append(pool)
         if controller:
             pool.start_controller()

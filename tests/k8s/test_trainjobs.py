@@ -40,12 +40,33 @@ def tiny(name: str, queue: str = "default", nodes: int = 2, gpus: int = 2, **spe
     )
 
 
-def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(make_pool: Any) -> None:
+def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
+    make_pool: Any, built_images: dict[str, dict[str, Any]]
+) -> None:
     pool = make_pool()
     job = api.submit(tiny("tiny k8s"), pool.backend)
     assert job.wait(timeout=240) is JobState.SUCCEEDED, job.logs(0)
     kinds = [e.type for e in job.events()]
     assert kinds == [EventType.QUEUED, EventType.STARTING, EventType.RUNNING, EventType.SUCCEEDED]
+    # it ran in the built trainer image, recorded at submission and by the pods' imageID
+    trainer = built_images["trainer"]
+    image = job.meta.image
+    assert image is not None
+    assert (image.name, image.image, image.lock_hash) == (
+        f"trainer-{trainer['lockHash']}",
+        trainer["image"],
+        trainer["lockHash"],
+    )
+    assert dict(image.packages) == trainer["packages"]
+    assert job.spec.spec.image == trainer["image"]
+    running = next(e for e in job.events() if e.type is EventType.RUNNING)
+    assert running.data == {"imageIDs": [trainer["digest"]]}
+    # as uid 1000, the image's user: the files the ranks wrote are theirs
+    run_dir = pool.backend.store.locate(job.id)
+    assert run_dir is not None
+    written = [p for p in run_dir.rglob("*") if p.is_file() and "checkpoints" in p.parts]
+    written += list((run_dir / "logs").iterdir()) + list((run_dir / "heartbeats").iterdir())
+    assert written and {(p.stat().st_uid, p.stat().st_gid) for p in written} == {(1000, 1000)}
     rows = job.metric_rows()
     assert [r["step"] for r in rows] == list(range(1, 31))
     assert rows[-1]["loss"] < rows[0]["loss"]

@@ -33,7 +33,7 @@ from aviflow_hub.service.ingest import Ingest
 from aviflow_hub.service.jobs import CancelHandler, JobHandler, JobsHandler
 from aviflow_hub.service.pages import CancelForm, HomePage, OpenApiHandler, ReportPage
 from aviflow_hub.service.parts import PARTS, JobPartHandler, LogHandler
-from aviflow_hub.service.queues import MetricsHandler, QueuesHandler, UsageHandler
+from aviflow_hub.service.queues import ImagesHandler, MetricsHandler, QueuesHandler, UsageHandler
 
 log = logging.getLogger("aviflow_hub.service")
 _ID = r"([^/]+)"  # checked by the handlers: a bad id is a JSON 404, not a missing route
@@ -65,6 +65,7 @@ def make_app(ctx: ServiceContext) -> Application:
         (api + rf"jobs/{_ID}/logs/([^/]+)", LogHandler, kw),
         (api + rf"jobs/{_ID}/({'|'.join(PARTS)})", JobPartHandler, kw),
         (api + "queues", QueuesHandler, kw),
+        (api + "images", ImagesHandler, kw),
         (api + "usage", UsageHandler, kw),
     ]
     return Application(

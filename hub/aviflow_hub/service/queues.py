@@ -1,8 +1,10 @@
-"""Queues, usage and Prometheus metrics, all read from the ledger.
+"""Queues, usage and Prometheus metrics, all read from the ledger; the trainer images.
 
 ``GET queues``: one :class:`~aviflow.records.QueueQuota` per queue the caller may use (hub
 admins: every team's): the team's GPU quota from the config, GPUs held by its started jobs,
 its waiting jobs (each with its position; only those the caller may see are listed).
+``GET images``: the backend's trainer images (:meth:`~aviflow.backends.base.Backend.images`),
+the default first, for ``--image`` and the notebook's version check.
 ``GET usage?by=team|user|day|week|attempt&format=json|csv``: allocated GPU-hours of the
 attempts the caller may see.
 """
@@ -60,6 +62,13 @@ class QueuesHandler(BaseHandler):
         unfinished = await self.ctx.run(lambda: self.ctx.ledger.summaries(unfinished=True))
         quotas = queue_quotas(self.principal, self.ctx.cfg, unfinished)
         self.send_json({"queues": [q.to_dict() for q in quotas]})
+
+
+class ImagesHandler(BaseHandler):
+    async def get(self) -> None:
+        self.require_scope("read")
+        images = await self.ctx.run(self.ctx.backend.images)
+        self.send_json({"images": [i.to_dict() for i in images]})
 
 
 def scope_words(p: Principal, cfg: HubConfig) -> str:
