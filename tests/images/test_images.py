@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from aviflow_images import ROOT
 
 from aviflow_testcluster import _oci, free_port
 
-from .conftest import ROOT, RunIn
+from .conftest import RunIn
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(3600)]
 
