@@ -29,6 +29,7 @@ from aviflow._model import StrictModel, explain, storable_problems
 from aviflow._units import parse_quantity
 from aviflow.backends.local import DEFAULT_CAPACITY
 from aviflow.errors import AviflowError
+from aviflow.k8s.settings import ClusterSettings
 from aviflow.names import is_dns1123_label
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
@@ -150,6 +151,21 @@ class AuthSection(StrictModel):
         return self
 
 
+class TeamPreemption(StrictModel):
+    """Kueue's ClusterQueue preemption policy, in its words."""
+
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        "Any",
+        alias="reclaimWithinCohort",
+        description="Preempt other teams' jobs that borrow this team's quota.",
+    )
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        "LowerPriority",
+        alias="withinClusterQueue",
+        description="Preempt the team's own lower-priority jobs.",
+    )
+
+
 class Team(StrictModel):
     name: str
     groups: list[str] = Field(description="Hub groups whose members belong to the team.")
@@ -159,6 +175,68 @@ class Team(StrictModel):
     gpu_quota: int = Field(
         8, alias="gpuQuota", ge=0, description="GPUs the queue may hold at once."
     )
+    cpu_quota: str | int | None = Field(
+        None, alias="cpuQuota", description="CPU the queue's jobs may hold (default: no limit)."
+    )
+    memory_quota: str | None = Field(
+        None,
+        alias="memoryQuota",
+        description="Memory the queue's jobs may hold, e.g. '4Ti' (default: no limit).",
+    )
+    cohort: str | None = Field(
+        None, description="Kueue cohort: teams in one cohort borrow each other's unused GPUs."
+    )
+    borrowing_limit: int | None = Field(
+        None,
+        alias="borrowingLimit",
+        ge=0,
+        description="GPUs the team may borrow from its cohort (default: all unused).",
+    )
+    lending_limit: int | None = Field(
+        None,
+        alias="lendingLimit",
+        ge=0,
+        description="GPUs of its quota the team lends to its cohort (default: all unused).",
+    )
+    preemption: TeamPreemption = Field(
+        default_factory=lambda: TeamPreemption(),
+        description="What the team's jobs may preempt to get their quota (Kueue's policy).",
+    )
+    fair_sharing_weight: float | None = Field(
+        None,
+        alias="fairSharingWeight",
+        ge=0,
+        description="Weight in the cohort's fair sharing (Kueue; default 1).",
+    )
+
+    @field_validator("cpu_quota")
+    @classmethod
+    def _cpu(cls, v: str | int | None) -> str | int | None:
+        return _quantity(v, "CPU")
+
+    @field_validator("memory_quota")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        return _quantity(v, "memory")  # type: ignore[return-value]
+
+    @field_validator("cohort")
+    @classmethod
+    def _cohort(cls, v: str | None) -> str | None:
+        if v is not None and not is_dns1123_label(v):
+            raise ValueError(f"{v!r} must be a DNS-1123 label (lowercase letters, digits, '-')")
+        return v
+
+    @model_validator(mode="after")
+    def _limits(self) -> Team:
+        if self.cohort is None and (
+            self.borrowing_limit is not None or self.lending_limit is not None
+        ):
+            raise ValueError("borrowingLimit and lendingLimit need a cohort")
+        if self.lending_limit is not None and self.lending_limit > self.gpu_quota:
+            raise ValueError(
+                f"lendingLimit {self.lending_limit} exceeds the team's gpuQuota {self.gpu_quota}"
+            )
+        return self
 
     @field_validator("name", "queue")
     @classmethod
@@ -232,6 +310,14 @@ class LocalBackendSection(StrictModel):
     )
 
 
+class KubernetesSection(ClusterSettings):
+    """``api.kubernetes``: the cluster settings, checked when the config loads (a typo fails
+    the hub's start), and how aviflow-api reaches the cluster."""
+
+    kubeconfig: str | None = Field(None, description="Default: KUBECONFIG, then in-cluster.")
+    context: str | None = None
+
+
 class ApiSection(StrictModel):
     bind: str = "127.0.0.1"
     port: int = Field(8088, ge=1, le=65535)
@@ -252,10 +338,11 @@ class ApiSection(StrictModel):
         default_factory=LocalBackendSection,  # type: ignore[arg-type]
         description="Settings of the local backend.",
     )
-    kubernetes: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Settings of the kubernetes backend (aviflow.k8s.settings.ClusterSettings, "
-        "plus kubeconfig and context); runs.localPath defaults to the run root.",
+    kubernetes: KubernetesSection = Field(
+        default_factory=lambda: KubernetesSection(),
+        description="Settings of the kubernetes backend: the cluster settings "
+        "(aviflow.k8s.settings.ClusterSettings) plus kubeconfig and context; runs.localPath "
+        "defaults to the run root.",
     )
     ingest_every: float = Field(
         1.0,
@@ -263,26 +350,6 @@ class ApiSection(StrictModel):
         gt=0,
         description="Seconds between two reads of the backend's change feed.",
     )
-
-    @field_validator("kubernetes")
-    @classmethod
-    def _kubernetes(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _check_kubernetes(v)
-
-
-def _check_kubernetes(section: dict[str, Any]) -> dict[str, Any]:
-    """``api.kubernetes``: the cluster settings, checked now so a typo fails the hub's start."""
-    from aviflow.k8s.settings import ClusterSettings
-
-    settings = {k: v for k, v in section.items() if k not in ("kubeconfig", "context")}
-    for key in ("kubeconfig", "context"):
-        if key in section and not isinstance(section[key], str):
-            raise ValueError(f"{key} must be a string")
-    try:
-        ClusterSettings.from_dict(settings)
-    except AviflowError as exc:
-        raise ValueError(str(exc).removeprefix("bad kubernetes settings: ")) from None
-    return section
 
 
 class HubConfig(StrictModel):
@@ -310,6 +377,16 @@ class HubConfig(StrictModel):
                 raise ValueError(f"duplicate {what}: {', '.join(dup)}")
         if sum(p.default for p in self.profiles) > 1:
             raise ValueError("at most one profile may be the default")
+        known = set(self.hub.groups)
+        for team in self.teams:
+            known.update(team.groups, team.admin_groups)
+        for profile in self.profiles:
+            unknown = sorted(set(profile.groups) - known)
+            if unknown:
+                raise ValueError(
+                    f"profile {profile.slug!r} names group(s) {', '.join(unknown)} that no team "
+                    "and no hub.groups entry has"
+                )
         return self
 
     # -- construction -----------------------------------------------------------------------------
@@ -383,7 +460,7 @@ class HubConfig(StrictModel):
         if self.api.backend == "local":
             return self.api.local.model_dump(by_alias=True)
         if self.api.backend == "kubernetes":
-            section = dict(self.api.kubernetes)
+            section = self.api.kubernetes.model_dump(by_alias=True, exclude_unset=True)
             runs = dict(section.get("runs") or {})
             runs.setdefault("localPath", str(self.run_root()))
             section["runs"] = runs
