@@ -2,6 +2,7 @@
 #   include tests/cluster/cluster.mk
 #
 #   make cluster-build   build/check the binaries (cached; cold build is long, see README)
+#   make helm            build/check the helm CLI (cached) and print its path
 #   make cluster-up      start a cluster in .cluster/ and print `export KUBECONFIG=...`
 #   make cluster-down    stop it and check no process is left
 #   make cluster-status  show pids/ports of the running cluster
@@ -13,10 +14,13 @@ CLUSTER_DIR ?= .cluster
 CLUSTER_CLI = PYTHONPATH=tests/cluster$(if $(PYTHONPATH),:$(PYTHONPATH)) GOTOOLCHAIN=local \
 	$(CLUSTER_PYTHON) -m aviflow_testcluster
 
-.PHONY: cluster-build cluster-up cluster-down cluster-status test-cluster
+.PHONY: cluster-build cluster-up cluster-down cluster-status test-cluster helm
 
 cluster-build:
 	$(CLUSTER_CLI) build
+
+helm:
+	@$(CLUSTER_CLI) helm
 
 # Host mode: pods whose image `make images` has not built run on this machine's Python.
 cluster-up:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m aviflow_testcluster {build,up,down,status}``.
+"""Command line: ``python -m aviflow_testcluster {build,helm,up,down,status}``.
 
 ``up`` starts a cluster whose processes outlive the command and prints the
 ``export KUBECONFIG=...`` line; ``down`` stops it and checks no process is left.
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the binaries (cached by go.sum)")
     b.add_argument("--force", action="store_true")
+    sub.add_parser("helm", help="build the helm CLI (cached) and print its path")
     for name in ("up", "down", "status"):
         p = sub.add_parser(name)
         p.add_argument("--dir", type=Path, default=Path(".cluster"), help="cluster directory")
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         print(_build.build(force=args.force))
         print(f"build step took {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        return 0
+
+    if args.cmd == "helm":
+        print(_build.build_helm())
         return 0
 
     workdir = args.dir.resolve()

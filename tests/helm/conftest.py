@@ -1,0 +1,53 @@
+"""Fixtures of the chart tests (``helm/aviflow``): ``helm`` (session) is the helm CLI built
+from the Go module proxy (``make helm``; cached like the control-plane binaries), and
+``render(*value_files, set=..., check=True)`` runs ``helm template`` and returns the
+objects (or, with ``check=False``, the finished process)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from aviflow_testcluster import _build
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "aviflow"
+EXAMPLES = ROOT / "helm" / "examples"
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return _build.build_helm()
+
+
+Render = Callable[..., Any]
+
+
+@pytest.fixture
+def render(helm: Path, tmp_path: Path) -> Render:
+    def run(
+        *value_files: Path,
+        values: dict[str, Any] | None = None,
+        namespace: str = "aviflow",
+        release: str = "aviflow",
+        check: bool = True,
+    ) -> Any:
+        argv = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+        for f in value_files:
+            argv += ["-f", str(f)]
+        if values is not None:
+            extra = tmp_path / f"values-{len(list(tmp_path.iterdir()))}.yaml"
+            extra.write_text(yaml.safe_dump(values))
+            argv += ["-f", str(extra)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if not check:
+            return proc
+        assert proc.returncode == 0, proc.stderr
+        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+    return run
