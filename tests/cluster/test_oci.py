@@ -89,3 +89,22 @@ def test_an_image_that_is_not_in_the_layout_is_an_image_error(tmp_path: Path) ->
     assert str(e.value) == f"no image '1.0' in the OCI layout {tmp_path}"
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
     assert _oci.manifest_digest(tmp_path / "missing", "1.0") is None
+
+
+def test_mount_points_resolve_symlinks_inside_the_image(tmp_path: Path) -> None:
+    """Debian's /var/run -> /run: a pod's service-account token goes to the image's /run, not
+    to this machine's (runc resolves mount points within the root the same way)."""
+    from aviflow_testcluster._oci import ImageError, in_root
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "run").symlink_to("/run")
+    (tmp_path / "var" / "lock").symlink_to("../run/lock")
+    (tmp_path / "loop").symlink_to("loop")
+    assert in_root(tmp_path, "/var/run/secrets/kubernetes.io/serviceaccount") == (
+        "/run/secrets/kubernetes.io/serviceaccount"
+    )
+    assert in_root(tmp_path, "/var/lock/x") == "/run/lock/x"
+    assert in_root(tmp_path, "/../../etc/hosts") == "/etc/hosts"  # never above the root
+    with pytest.raises(ImageError, match="too many symbolic links"):
+        in_root(tmp_path, "/loop/x")

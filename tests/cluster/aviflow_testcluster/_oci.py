@@ -156,6 +156,39 @@ exec chroot --userspec="$USERSPEC" "$m" /usr/bin/env -i -C "$CWD" "$@"
 """
 
 
+def in_root(rootfs: Path, path: str) -> str:
+    """``path`` inside the image with its symlinks resolved within ``rootfs``, as runc does
+    for mount points: Debian's ``/var/run`` is a link to ``/run``, and following it from
+    outside the root would mount (and create directories) on this machine's ``/run``.
+
+    >>> import tempfile; root = Path(tempfile.mkdtemp()); (root / "run").mkdir()
+    >>> (root / "var").mkdir(); (root / "var" / "run").symlink_to("/run")
+    >>> in_root(root, "/var/run/secrets/token"), in_root(root, "/etc/../etc/hosts")
+    ('/run/secrets/token', '/etc/hosts')
+    """
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = rootfs.joinpath(*done, part)
+        if here.is_symlink():
+            hops += 1
+            if hops > 40:
+                raise ImageError(f"too many symbolic links in {path} inside the image")
+            target = os.readlink(here)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+            continue
+        done.append(part)
+    return "/" + "/".join(done)
+
+
 def run_argv(
     bundle: Bundle,
     rw: Path,
@@ -181,6 +214,7 @@ def run_argv(
     merged_env.update(env or {})
     binds_script = []
     for i, (_src, dst, read_only) in enumerate(binds):
+        dst = in_root(bundle.rootfs, dst)
         d = f'"$m"{shlex.quote(dst)}'
         binds_script.append(
             f'if [ -d "$BIND{i}" ]; then mkdir -p {d}; '
