@@ -87,9 +87,7 @@ class KubernetesBackend(StoreReads, Backend):
         from kubernetes.client.exceptions import ApiException
 
         owner = owner or Owner(getpass.getuser())
-        image = self.settings.resolve_image(job.spec.image)
-        # every attempt runs in the image resolved now, whatever the list says later
-        job = job.with_changes(image=image.image)
+        job, image = self.settings.pin_image(job)
         custom = self._custom()
         run = self.store.create(
             job,

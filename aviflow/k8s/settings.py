@@ -24,7 +24,7 @@ from aviflow.errors import BackendError
 from aviflow.images import pick
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.records import TrainerImage
-from aviflow.spec import IMAGE_REFERENCE
+from aviflow.spec import IMAGE_REFERENCE, TrainJob
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -205,6 +205,13 @@ class ClusterSettings(StrictModel):
         if wanted is None:
             return self.trainer_images()[0].image
         return next((i.image for i in self.images if i.name == wanted), wanted)
+
+    def pin_image(self, job: TrainJob) -> tuple[TrainJob, TrainerImage]:
+        """The job with its image resolved to a reference, and that image: every attempt
+        runs in it, whatever the list says later (``submit`` and the controller's adoption
+        of a kubectl TrainJob both pin)."""
+        image = self.resolve_image(job.spec.image)
+        return job.with_changes(image=image.image), image
 
     def resolve_image(self, wanted: str | None) -> TrainerImage:
         """The image a job asking for ``wanted`` runs in (see :func:`aviflow.images.pick`);

@@ -100,7 +100,7 @@ class Binder:
             if job.spec.accelerate.config_file is not None:
                 raise SpecError("spec.accelerate.configFile needs `aviflow submit` too")
             bundle = build_bundle(job, base_dir=Path("/nonexistent"))
-            image = self.settings.resolve_image(job.spec.image)
+            job, image = self.settings.pin_image(job)
         except AviflowError as exc:
             self.refuse(cr, str(exc))
             return None

@@ -219,13 +219,6 @@ class Team(StrictModel):
     def _memory(cls, v: str | None) -> str | None:
         return _quantity(v, "memory")  # type: ignore[return-value]
 
-    @field_validator("cohort")
-    @classmethod
-    def _cohort(cls, v: str | None) -> str | None:
-        if v is not None and not is_dns1123_label(v):
-            raise ValueError(f"{v!r} must be a DNS-1123 label (lowercase letters, digits, '-')")
-        return v
-
     @model_validator(mode="after")
     def _limits(self) -> Team:
         if self.cohort is None and (
@@ -238,10 +231,10 @@ class Team(StrictModel):
             )
         return self
 
-    @field_validator("name", "queue")
+    @field_validator("name", "queue", "cohort")
     @classmethod
-    def _label(cls, v: str) -> str:
-        if not is_dns1123_label(v):
+    def _label(cls, v: str | None) -> str | None:
+        if v is not None and not is_dns1123_label(v):
             raise ValueError(f"{v!r} must be a DNS-1123 label (lowercase letters, digits, '-')")
         return v
 

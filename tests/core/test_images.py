@@ -142,15 +142,15 @@ def test_the_local_backend_refuses_another_image_and_writes_nothing(
     local_backend: LocalBackend, run_root: Path
 ) -> None:
     spec = {"metadata": {"name": "img"}, "spec": {"script": "1", "image": "reg/trainer:1"}}
+    before = sorted(str(p.relative_to(run_root)) for p in run_root.rglob("*"))
     with pytest.raises(SpecError) as err:
         aviflow.submit(spec, backend=local_backend)
     assert err.value.problems[0].startswith(
         "spec.image: 'reg/trainer:1' is not a configured trainer image; choose one of: local"
     )
     assert local_backend.list_ids() == []
-    assert not run_root.exists() or not [
-        p for p in run_root.rglob("*") if p.is_dir() and "img" in p.name
-    ]
+    # refused before anything was written: no user directory, no staging area, no index
+    assert sorted(str(p.relative_to(run_root)) for p in run_root.rglob("*")) == before
 
 
 def test_a_job_directory_is_given_to_the_pods_user(tmp_path: Path) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 import yaml
-from aviflow_images import trainer_images_entry
+from aviflow_images import own_cluster, trainer_images_entry
 from aviflow_pool import run_store_volume
 
-from aviflow_testcluster import Cluster, _build, wait_for
+from aviflow_testcluster import Cluster, wait_for
 
 from .conftest import CHART, EXAMPLES, Render
 
@@ -41,19 +41,8 @@ def chart_cluster(
 ) -> Iterator[Cluster]:
     """A cluster of its own: the chart's cluster-scoped objects (the CRD, the policy, Kueue's
     flavors) must not meet those other tests apply to the session's cluster."""
-    _build.build()
-    cluster = Cluster.start(
-        tmp_path_factory.mktemp("chart-cluster"),
-        hgx_nodes=2,
-        cpu_nodes=1,
-        die_with_parent=True,
-        host_mode=False,
-    )
-    try:
+    with own_cluster(tmp_path_factory.mktemp("chart-cluster"), hgx_nodes=2) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-    assert cluster.processes() == []
 
 
 def helm_run(

@@ -3,7 +3,8 @@
 per session, its layer cache and wheelhouse kept in ``images/.build``, and returns each
 image's report row (tag, digest, layout, pinned packages); ``bundles`` (session) unpacks
 each once per digest. ``trainer_images_entry(row)`` is the row as an entry of the cluster
-settings' ``images`` list.
+settings' ``images`` list; ``own_cluster(workdir, ...)`` is a small control plane of a test
+module's own, not in host mode (a pod runs in its image or not at all).
 
 ``images/build.sh`` holds a lock of its own, so sessions started in parallel build in turn.
 """
@@ -15,12 +16,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aviflow_testcluster import _oci
+from aviflow_testcluster import Cluster, _build, _oci
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "images" / ".build"
@@ -64,3 +67,18 @@ def trainer_images_entry(row: dict[str, Any], name: str | None = None) -> dict[s
         "lockHash": row["lockHash"],
         "packages": row["packages"],
     }
+
+
+@contextmanager
+def own_cluster(workdir: Path, hgx_nodes: int = 1, cpu_nodes: int = 1) -> Iterator[Cluster]:
+    """A cluster of the caller's own, not in host mode; stopped afterwards, leaving no
+    process (for cluster-scoped objects that must not meet the session cluster's)."""
+    _build.build()
+    cluster = Cluster.start(
+        workdir, hgx_nodes=hgx_nodes, cpu_nodes=cpu_nodes, die_with_parent=True, host_mode=False
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+    assert cluster.processes() == []

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aviflow_images import own_cluster
 
-from aviflow_testcluster import Cluster, _build, wait_for
+from aviflow_testcluster import Cluster, wait_for
 
 pytestmark = [pytest.mark.images, pytest.mark.cluster, pytest.mark.timeout(1200)]
 
@@ -36,19 +37,8 @@ def image_cluster(
     built_images: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A small cluster of its own, not in host mode: a pod runs in its image or not at all."""
-    _build.build()
-    cluster = Cluster.start(
-        tmp_path_factory.mktemp("image-cluster"),
-        hgx_nodes=1,
-        cpu_nodes=1,
-        die_with_parent=True,
-        host_mode=False,
-    )
-    try:
+    with own_cluster(tmp_path_factory.mktemp("image-cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-    assert cluster.processes() == []
 
 
 def pod(name: str, image: str, **container: Any) -> dict[str, Any]:

@@ -353,6 +353,9 @@ def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
     )
     assert job.wait(timeout=180) is JobState.SUCCEEDED
     assert job.meta.user == f"kubectl-{pool.namespace}"
+    # pinned like a submission: the default trainer image, recorded and in its spec
+    default = pool.settings.trainer_images()[0]
+    assert (job.meta.image, job.spec.spec.image) == (default, default.image)
     assert [r["step"] for r in job.metric_rows()][-1] == 10
     # a scriptFile TrainJob cannot run without its code: refused on its status, nothing made
     body["metadata"]["name"] = "no-code"
