@@ -44,6 +44,7 @@ from aviflow.backends.local import LocalBackend
 sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "k8s"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "images"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hub"))  # aviflow_kernel
 pytest_plugins = ["aviflow_testcluster.pytest_plugin", "aviflow_images", "aviflow_pool"]
 
 

@@ -28,6 +28,7 @@ from pydantic import Field
 from aviflow._model import StrictModel
 from aviflow.names import DNS1123_LABEL
 from aviflow_hub.config import HubConfig
+from aviflow_hub.kube_spawner import HUB_RULES
 
 # Keys of the hub config that the chart sets itself (the templates render them): a value
 # file that sets one fails the schema, naming it.
@@ -36,7 +37,9 @@ CHART_OWNED: dict[str, tuple[str, ...]] = {
         "bind", "port", "hubPort", "proxyApiPort", "hubConnectUrl", "dataDir", "dbUrl",
         "spawner", "namespace", "notebookBind",
     ),
-    "ApiSection": ("bind", "port", "url", "notebookUrl", "backend", "runRoot", "local"),
+    "ApiSection": (
+        "bind", "port", "url", "notebookUrl", "backend", "runRoot", "local", "external",
+    ),
     "KubernetesSection": ("namespace", "kubeconfig", "context", "runs"),
 }  # fmt: skip
 
@@ -114,10 +117,30 @@ class RunStore(StrictModel):
     )
 
 
+class ProxyService(StrictModel):
+    """The users' address: the Service in front of configurable-http-proxy's public port."""
+
+    type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
+    port: int = Field(80, ge=1, le=65535)
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="E.g. a cloud load balancer's settings."
+    )
+
+
+class State(StrictModel):
+    """The hub's database and aviflow-api's ledger (SQLite), each on a ReadWriteOnce claim
+    kept on uninstall (aviflow-api's only when ``api.database`` is unset)."""
+
+    size: str = "1Gi"
+    storage_class: str | None = Field(None, alias="storageClass")
+
+
 class ChartOnly(StrictModel):
     """The sections only the chart has."""
 
     images: Images = Field(default_factory=lambda: Images())
+    proxy: ProxyService = Field(default_factory=lambda: ProxyService())
+    state: State = Field(default_factory=lambda: State())
     kueue: Kueue = Field(default_factory=lambda: Kueue())
     run_store: RunStore = Field(default_factory=lambda: RunStore(), alias="runStore")
     network_policy: bool = Field(
@@ -221,6 +244,7 @@ def generated() -> dict[str, str]:
 
     schema = values_schema()
     rules = {
+        "hub": HUB_RULES,
         "controller": rbac.CONTROLLER_RULES,
         "api": rbac.API_RULES,
         "apiCluster": rbac.API_CLUSTER_RULES,

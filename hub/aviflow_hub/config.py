@@ -337,6 +337,11 @@ class ApiSection(StrictModel):
         "(aviflow.k8s.settings.ClusterSettings) plus kubeconfig and context; runs.localPath "
         "defaults to the run root.",
     )
+    external: bool = Field(
+        False,
+        description="aviflow-api runs on its own (the chart's Deployment): the hub does not "
+        "start it and registers it with the token in $AVIFLOW_API_TOKEN.",
+    )
     ingest_every: float = Field(
         1.0,
         alias="ingestEvery",

@@ -9,13 +9,14 @@ import os
 from pathlib import Path
 
 from aviflow_hub.config import CONFIG_ENV, load_config
-from aviflow_hub.settings import hub_settings
+from aviflow_hub.settings import API_TOKEN_ENV, hub_settings
 
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 _path = Path(os.environ[CONFIG_ENV]).resolve()
 _cfg = load_config(_path)
 _data = _cfg.data_path(_path.parent)
 _data.mkdir(parents=True, exist_ok=True)
-for _cls, _traits in hub_settings(_cfg, _path, base_dir=_path.parent).items():
+_token = os.environ.get(API_TOKEN_ENV)
+for _cls, _traits in hub_settings(_cfg, _path, base_dir=_path.parent, api_token=_token).items():
     for _name, _value in _traits.items():
         setattr(c[_cls], _name, _value)

@@ -13,6 +13,18 @@ from __future__ import annotations
 from kubespawner import KubeSpawner
 from tornado import web
 
+# What KubeSpawner does in the hub's namespace (the chart's hub Role): notebook pods, their
+# home claims, and the events it shows while a notebook starts. No Services, no Secrets
+# (internal SSL is off), nothing cluster-wide.
+HUB_RULES: list[dict[str, list[str]]] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
+]
+
 
 class AviflowKubeSpawner(KubeSpawner):
     """``KubeSpawner`` whose refused ``user_options`` are a 400 with the reason."""

@@ -13,9 +13,12 @@ from typing import Any
 
 from aviflow.backends.hub import API_URL_ENV, RUNS_MOUNT_ENV
 from aviflow_hub.authz import CUSTOM_SCOPES, READ_SCOPE, SUBMIT_SCOPE
-from aviflow_hub.config import CULLER_NAME, SERVICE_NAME, HubConfig
+from aviflow_hub.config import CULLER_NAME, SERVICE_NAME, ConfigError, HubConfig
 
 POD_IP_ENV = "POD_IP"
+# An external aviflow-api's token (api.external): the hub registers the service with it, the
+# service authenticates with it (as $JUPYTERHUB_API_TOKEN). The chart keeps it in a Secret.
+API_TOKEN_ENV = "AVIFLOW_API_TOKEN"
 SERVICE_ACCESS = f"access:services!service={SERVICE_NAME}"
 USER_SCOPES = ["self", SERVICE_ACCESS, READ_SCOPE, SUBMIT_SCOPE]
 # $JUPYTERHUB_API_TOKEN of a notebook: the server role's scopes plus aviflow-api access.
@@ -40,6 +43,24 @@ def notebook_environment(cfg: HubConfig, runs_mount: Path | None = None) -> dict
     if runs_mount is not None:
         env[RUNS_MOUNT_ENV] = str(runs_mount)
     return env
+
+
+def external_service_environment(cfg: HubConfig, hub_url: str, service_url: str) -> dict[str, str]:
+    """What an external aviflow-api (``api.external``) needs in its environment to act as the
+    hub's service: what the hub gives a service it starts itself, less the token
+    (``$JUPYTERHUB_API_TOKEN``, from the same Secret as the hub's ``$AVIFLOW_API_TOKEN``).
+    ``hub_url``: where the hub's API listens (the chart's hub Service); ``service_url``: where
+    aviflow-api listens (it binds that address)."""
+    prefix = cfg.service_prefix
+    return {
+        "JUPYTERHUB_SERVICE_NAME": SERVICE_NAME,
+        "JUPYTERHUB_API_URL": hub_url.rstrip("/") + "/hub/api",
+        "JUPYTERHUB_BASE_URL": "/",
+        "JUPYTERHUB_SERVICE_PREFIX": prefix,
+        "JUPYTERHUB_SERVICE_URL": service_url,
+        "JUPYTERHUB_CLIENT_ID": f"service-{SERVICE_NAME}",
+        "JUPYTERHUB_OAUTH_CALLBACK_URL": prefix + "oauth_callback",
+    }
 
 
 def roles(cfg: HubConfig) -> list[dict[str, Any]]:
@@ -69,18 +90,30 @@ def roles(cfg: HubConfig) -> list[dict[str, Any]]:
 
 
 def services(
-    cfg: HubConfig, config_path: Path, python: str = sys.executable
+    cfg: HubConfig,
+    config_path: Path,
+    python: str = sys.executable,
+    api_token: str | None = None,
 ) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [
-        {
-            "name": SERVICE_NAME,
-            "display": True,
-            "url": cfg.api_url,
-            "command": [python, "-m", "aviflow_hub.service", "--config", str(config_path)],
-            "oauth_no_confirm": True,
-            "oauth_client_allowed_scopes": [READ_SCOPE, SUBMIT_SCOPE],
-        }
-    ]
+    """The hub's services: aviflow-api (started by the hub, or with ``api.external`` one that
+    runs on its own and authenticates with ``api_token``) and the idle culler."""
+    api: dict[str, Any] = {
+        "name": SERVICE_NAME,
+        "display": True,
+        "url": cfg.api_url,
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": [READ_SCOPE, SUBMIT_SCOPE],
+    }
+    if cfg.api.external:
+        if not api_token:
+            raise ConfigError(
+                f"api.external: aviflow-api runs on its own, so the hub needs its token in "
+                f"${API_TOKEN_ENV} (the chart sets it from the release's Secret)"
+            )
+        api["api_token"] = api_token
+    else:
+        api["command"] = [python, "-m", "aviflow_hub.service", "--config", str(config_path)]
+    out: list[dict[str, Any]] = [api]
     if cfg.culler.enabled:
         # jupyterhub-idle-culler behind aviflow_hub.culler, which stops on the hub's SIGINT even
         # when SIGINT was inherited as ignored (see that module).
@@ -172,6 +205,8 @@ def spawner(
         "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}],
         "volume_mounts": [{"name": "home", "mountPath": cfg.storage.mount_path}],
         "extra_labels": {"app.kubernetes.io/part-of": "aviflow"},
+        # Notebooks never get a Kubernetes credential (KubeSpawner's default, made explicit).
+        "automount_service_account_token": False,
     }
     if cfg.hub.notebook_bind == "podIP":
         # Listen on the pod's own address only: $(POD_IP) is expanded by the kubelet in
@@ -193,9 +228,14 @@ def spawner(
 
 
 def hub_settings(
-    cfg: HubConfig, config_path: Path, base_dir: Path | None = None, python: str = sys.executable
+    cfg: HubConfig,
+    config_path: Path,
+    base_dir: Path | None = None,
+    python: str = sys.executable,
+    api_token: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every JupyterHub setting the config implies, as ``{class: {trait: value}}``."""
+    """Every JupyterHub setting the config implies, as ``{class: {trait: value}}``
+    (``api_token``: an external aviflow-api's, from ``$AVIFLOW_API_TOKEN``)."""
     data_dir = cfg.data_path(base_dir)
     out: dict[str, dict[str, Any]] = {
         "JupyterHub": {
@@ -206,7 +246,7 @@ def hub_settings(
             "pid_file": str(data_dir / "jupyterhub.pid"),
             "custom_scopes": {k: dict(v) for k, v in CUSTOM_SCOPES.items()},
             "load_roles": roles(cfg),
-            "services": services(cfg, config_path, python),
+            "services": services(cfg, config_path, python, api_token),
             # Ctrl-C or SIGTERM stops local notebooks too (`make hub`); jobs are not hub servers,
             # their detached supervisors keep running across a hub stop.
             "cleanup_servers": True,

@@ -8,6 +8,8 @@ Regenerate after an intended change: ``python -m aviflow_hub.chart helm/aviflow`
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -16,8 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from aviflow.k8s import rbac
 from aviflow_hub.chart import CHART_OWNED, generated
 from aviflow_hub.config import HubConfig
+from aviflow_hub.kube_spawner import HUB_RULES
+from aviflow_hub.settings import API_TOKEN_ENV, external_service_environment, hub_settings
 
 from .conftest import CHART, EXAMPLES, Render
 
@@ -53,10 +58,39 @@ def test_the_values_are_a_hub_config(values: Path) -> None:
     assert [t.queue for t in cfg.teams] == [t["queue"] for t in merged["teams"]]
 
 
+def readable(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rendered objects for a golden file: the hub's Secret decoded, and its generated
+    token (random on each ``helm template``) replaced by what it is."""
+    out = []
+    for d in docs:
+        if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-hub"):
+            token = base64.b64decode(d["data"]["api-token"]).decode()
+            assert len(token) == 64 and token.isalnum(), token
+            d = {
+                **d,
+                "data": {
+                    "api-token": "<generated: 64 letters and digits>",
+                    "hub.yaml": base64.b64decode(d["data"]["hub.yaml"]).decode(),
+                },
+            }
+        out.append(d)
+    return out
+
+
+def doc(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    [found] = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def hub_config_of(docs: list[dict[str, Any]]) -> HubConfig:
+    secret = doc(docs, "Secret", "aviflow-hub")
+    return HubConfig.from_yaml(base64.b64decode(secret["data"]["hub.yaml"]).decode())
+
+
 @pytest.mark.parametrize("case", ["defaults", "multi-team"])
 def test_template_matches_the_golden_file(render: Render, case: str) -> None:
     docs = render(*([MULTI_TEAM] if case == "multi-team" else []))
-    text = yaml.safe_dump_all(docs, sort_keys=True)
+    text = yaml.safe_dump_all(readable(docs), sort_keys=True)
     golden = GOLDEN / f"{case}.yaml"
     if os.environ.get("AVIFLOW_UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -136,8 +170,6 @@ def test_a_zero_gpu_quota_stays_zero(render: Render) -> None:
 
 def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
     docs = render(MULTI_TEAM)
-    import json
-
     settings = json.loads(
         next(
             d
@@ -242,3 +274,143 @@ def test_chart_owned_keys_are_not_in_the_values() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert not set(CHART_OWNED["HubSection"]) & set(values["hub"])
     assert not set(CHART_OWNED["ApiSection"]) & set(values["api"])
+
+
+def test_the_hub_and_aviflow_api_load_the_config_the_chart_renders(render: Render) -> None:
+    """The Secret's hub.yaml is the values' hub sections plus what the chart owns, and loads
+    with the hub's strict loader; aviflow-api reads the same cluster settings as the
+    controller."""
+    docs = render(MULTI_TEAM)
+    cfg = hub_config_of(docs)
+    values = yaml.safe_load(MULTI_TEAM.read_text())
+    assert [t.model_dump(by_alias=True, exclude_unset=True) for t in cfg.teams] == values["teams"]
+    assert (cfg.hub.spawner, cfg.hub.namespace, cfg.hub.notebook_bind) == (
+        "kubernetes",
+        "aviflow",
+        "podIP",
+    )
+    assert (cfg.hub.hub_connect_url, cfg.hub.data_dir) == (
+        "http://aviflow-hub:8081",
+        "/srv/jupyterhub",
+    )
+    assert (cfg.api.external, cfg.api.backend, cfg.api_url, cfg.api.run_root) == (
+        True,
+        "kubernetes",
+        "http://aviflow-api:8088",
+        "/aviflow/runs",
+    )
+    controller = json.loads(doc(docs, "ConfigMap", "aviflow-controller")["data"]["cluster.json"])
+    assert cfg.api.kubernetes.model_dump(by_alias=True, exclude_unset=True) == controller
+    # the hub registers aviflow-api with the token (it does not start it) ...
+    settings = hub_settings(cfg, Path("/etc/aviflow/hub.yaml"), api_token="t" * 64)
+    [api] = [s for s in settings["JupyterHub"]["services"] if s["name"] == "aviflow-api"]
+    assert (api["api_token"], api["url"], "command" in api) == ("t" * 64, cfg.api_url, False)
+    assert settings["KubeSpawner"]["automount_service_account_token"] is False
+    # ... and refuses to start without it, saying where it comes from
+    with pytest.raises(ValueError, match=r"needs its token in \$AVIFLOW_API_TOKEN"):
+        hub_settings(cfg, Path("/etc/aviflow/hub.yaml"))
+
+
+def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: Render) -> None:
+    docs = render()
+    hub = doc(docs, "Deployment", "aviflow-hub")["spec"]["template"]["spec"]
+    api = doc(docs, "Deployment", "aviflow-api")["spec"]["template"]["spec"]
+    token_ref = {"secretKeyRef": {"name": "aviflow-hub", "key": "api-token"}}
+    [hub_c], [api_c] = hub["containers"], api["containers"]
+    hub_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in hub_c["env"]}
+    api_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in api_c["env"]}
+    assert hub_env[API_TOKEN_ENV] == token_ref and api_env.pop("JUPYTERHUB_API_TOKEN") == token_ref
+    pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert hub_env["POD_IP"] == api_env.pop("POD_IP") == pod_ip
+    # aviflow-api gets what the hub gives a service it starts itself
+    assert api_env == external_service_environment(
+        hub_config_of(docs), "http://aviflow-hub:8081", "http://$(POD_IP):8088"
+    )
+    assert hub_c["command"][3:] == [
+        "--JupyterHub.bind_url=http://$(POD_IP):8000",
+        "--JupyterHub.hub_bind_url=http://$(POD_IP):8081",
+        "--ConfigurableHTTPProxy.api_url=http://$(POD_IP):8001",
+    ]
+    assert (hub_c["image"], api_c["image"]) == ("localhost/aviflow/hub:0.1.0",) * 2
+    # each its own service account and least-privilege rules
+    assert (hub["serviceAccountName"], api["serviceAccountName"]) == ("aviflow-hub", "aviflow-api")
+    assert doc(docs, "Role", "aviflow-hub")["rules"] == HUB_RULES
+    assert doc(docs, "Role", "aviflow-api")["rules"] == rbac.API_RULES
+    assert doc(docs, "ClusterRole", "aviflow-api")["rules"] == rbac.API_CLUSTER_RULES
+    for pod in (hub, api):
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    # a config change rolls both pods; the generated token is not part of it
+    checksums = {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] != "aviflow-controller"
+    }
+    assert checksums["aviflow-hub"] == checksums["aviflow-api"]
+    quota = render(values={"teams": [{"name": "t", "groups": ["t"], "queue": "t", "gpuQuota": 4}]})
+    assert (
+        doc(quota, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
+        != doc(docs, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
+    )
+    assert doc(docs, "Service", "aviflow-proxy-public")["spec"]["type"] == "LoadBalancer"
+
+
+def test_the_ledger_claim_only_without_a_database(render: Render) -> None:
+    own = render()
+    assert doc(own, "PersistentVolumeClaim", "aviflow-api-db")["metadata"]["annotations"] == {
+        "helm.sh/resource-policy": "keep"
+    }
+    pg = render(values={"api": {"database": "postgresql://aviflow@db/aviflow"}})
+    assert [d for d in pg if d["metadata"]["name"] == "aviflow-api-db"] == []
+    volumes = doc(pg, "Deployment", "aviflow-api")["spec"]["template"]["spec"]["volumes"]
+    assert next(v for v in volumes if v["name"] == "db") == {"name": "db", "emptyDir": {}}
+
+
+def test_network_policies(render: Render) -> None:
+    docs = render()
+    nb = doc(docs, "NetworkPolicy", "aviflow-notebooks")["spec"]
+    assert nb["podSelector"] == {
+        "matchLabels": {"component": "singleuser-server", "app.kubernetes.io/part-of": "aviflow"}
+    }
+    hub = {"app.kubernetes.io/component": "hub", "app.kubernetes.io/instance": "aviflow"}
+    api = {"app.kubernetes.io/component": "api", "app.kubernetes.io/instance": "aviflow"}
+    # in: only from the hub's pod (proxy and hub), on the notebook port
+    assert nb["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": hub}}],
+            "ports": [{"protocol": "TCP", "port": 8888}],
+        }
+    ]
+    # out: the hub's API, aviflow-api, DNS, and public addresses only: no Kubernetes API and
+    # no other pod (cluster addresses are private)
+    to = [(rule["to"][0], rule.get("ports")) for rule in nb["egress"]]
+    assert to[:2] == [
+        ({"podSelector": {"matchLabels": hub}}, [{"protocol": "TCP", "port": 8081}]),
+        ({"podSelector": {"matchLabels": api}}, [{"protocol": "TCP", "port": 8088}]),
+    ]
+    assert to[3] == (
+        {
+            "ipBlock": {
+                "cidr": "0.0.0.0/0",
+                "except": [
+                    "10.0.0.0/8",
+                    "172.16.0.0/12",
+                    "192.168.0.0/16",
+                    "169.254.0.0/16",
+                    "100.64.0.0/10",
+                ],
+            }
+        },
+        None,
+    )
+    names = [d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"]
+    assert names == [
+        "aviflow-notebooks",
+        "aviflow-hub",
+        "aviflow-api",
+        "aviflow-controller",
+        "aviflow-trainers",
+    ]
+    assert [
+        d for d in render(values={"networkPolicy": False}) if d["kind"] == "NetworkPolicy"
+    ] == []

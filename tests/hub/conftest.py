@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -34,18 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aviflow_kernel
 import psutil
 import pytest
 import requests
-import websocket
 import yaml
 
 from aviflow_hub.local import hub_command
@@ -361,79 +358,10 @@ def real_hub(stop_jobs: Callable[[Path], list[str]]) -> Iterator[Hub]:
 # -- kernels of a single-user server ------------------------------------------------------------
 
 
-def _message(code: str, session: str) -> dict[str, Any]:
-    return {
-        "header": {
-            "msg_id": uuid.uuid4().hex,
-            "msg_type": "execute_request",
-            "session": session,
-            "username": "test",
-            "version": "5.3",
-            "date": datetime.now(UTC).isoformat(),
-        },
-        "parent_header": {},
-        "metadata": {},
-        "channel": "shell",
-        "buffers": [],
-        "content": {
-            "code": code,
-            "silent": False,
-            "store_history": False,
-            "user_expressions": {},
-            "allow_stdin": False,
-            "stop_on_error": True,
-        },
-    }
-
-
-def _run_in_kernel(
-    base: str, token: str, code: str, timeout: float = 300
-) -> tuple[str, str | None]:
-    headers = {"Authorization": f"token {token}"}
-    r = requests.post(f"{base}api/kernels", json={"name": "python3"}, headers=headers, timeout=120)
-    assert r.status_code == 201, (r.status_code, r.text)
-    kernel = r.json()["id"]
-    try:
-        session = uuid.uuid4().hex
-        ws_url = (
-            base.replace("http://", "ws://", 1)
-            + f"api/kernels/{kernel}/channels?session_id={session}"
-        )
-        ws = websocket.create_connection(
-            ws_url, header=[f"Authorization: token {token}"], timeout=timeout
-        )
-        try:
-            msg = _message(code, session)
-            ws.send(json.dumps(msg))
-            out: list[str] = []
-            error: str | None = None
-            replied = idle = False
-            deadline = time.monotonic() + timeout
-            while not (replied and idle):
-                assert time.monotonic() < deadline, f"no reply in {timeout}s; output so far {out}"
-                reply = json.loads(ws.recv())
-                if reply.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
-                    continue
-                kind, content = reply["msg_type"], reply["content"]
-                if kind == "stream":
-                    out.append(content["text"])
-                elif kind == "error":
-                    error = f"{content['ename']}: {content['evalue']}"
-                elif kind == "execute_reply":
-                    replied = True
-                elif kind == "status" and content["execution_state"] == "idle":
-                    idle = True
-            return "".join(out), error
-        finally:
-            ws.close()
-    finally:
-        requests.delete(f"{base}api/kernels/{kernel}", headers=headers, timeout=120)
-
-
 @pytest.fixture
 def run_in_kernel() -> Any:
     """``run_in_kernel(base, token, code)`` -> ``(stdout, error)`` (see the module docstring)."""
-    return _run_in_kernel
+    return aviflow_kernel.run_in_kernel
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------

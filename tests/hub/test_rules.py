@@ -281,3 +281,31 @@ def test_local_notebooks_mount_the_services_run_store() -> None:
     own = HubConfig.from_dict({**CFG.to_dict(), "api": {"runRoot": "/data/runs"}})
     env = hub_settings(own, Path("/etc/hub.yaml"), base_dir=Path("/srv"))["Spawner"]["environment"]
     assert env[RUNS_MOUNT_ENV] == "/data/runs"
+
+
+def test_an_external_aviflow_api_is_registered_with_its_token_not_started() -> None:
+    cfg = HubConfig.from_dict(
+        {
+            **CFG.to_dict(),
+            "hub": {"spawner": "kubernetes"},
+            "api": {"external": True, "url": "http://aviflow-api:8088", "backend": "kubernetes"},
+        }
+    )
+    with pytest.raises(ConfigError) as err:
+        hub_settings(cfg, Path("/etc/hub.yaml"), base_dir=Path("/srv"))
+    assert err.value.problems == [
+        "api.external: aviflow-api runs on its own, so the hub needs its token in "
+        "$AVIFLOW_API_TOKEN (the chart sets it from the release's Secret)"
+    ]
+    s = hub_settings(cfg, Path("/etc/hub.yaml"), base_dir=Path("/srv"), api_token="tok")
+    [api] = [sv for sv in s["JupyterHub"]["services"] if sv["name"] == "aviflow-api"]
+    assert api == {
+        "name": "aviflow-api",
+        "display": True,
+        "url": "http://aviflow-api:8088",
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": ["custom:aviflow:read", "custom:aviflow:submit"],
+        "api_token": "tok",
+    }
+    # notebooks never get a Kubernetes credential
+    assert s["KubeSpawner"]["automount_service_account_token"] is False

@@ -45,3 +45,68 @@ Mirrors HubConfig's own validators (hub/aviflow_hub/config.py), which the hub ru
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/* The run store's claim: the release's, or runStore.existingClaim. */}}
+{{- define "aviflow.runsClaim" -}}
+{{ .Values.runStore.existingClaim | default (printf "%s-runs" .Release.Name) }}
+{{- end }}
+
+{{/*
+The cluster settings (aviflow.k8s.settings.ClusterSettings, JSON): api.kubernetes plus what
+the chart owns (namespace, the run store). aviflow-api and the controller read the same.
+*/}}
+{{- define "aviflow.clusterSettings" -}}
+{{- $settings := deepCopy (.Values.api.kubernetes | default dict) -}}
+{{- $_ := set $settings "namespace" .Release.Namespace -}}
+{{- $_ := set $settings "runs" (dict "claimName" (include "aviflow.runsClaim" .) "mountPath" "/aviflow/runs" "localPath" "/aviflow/runs") -}}
+{{- if not (hasKey $settings "gpuResource") }}{{ $_ := set $settings "gpuResource" .Values.kueue.gpuResource }}{{ end -}}
+{{- toJson $settings -}}
+{{- end }}
+
+{{/* Where the hub's API and aviflow-api listen, by Service name (notebooks and the proxy use them). */}}
+{{- define "aviflow.hubUrl" -}}
+{{ printf "http://%s-hub:8081" .Release.Name }}
+{{- end }}
+{{- define "aviflow.apiUrl" -}}
+{{ printf "http://%s-api:8088" .Release.Name }}
+{{- end }}
+
+{{/*
+The hub config (hub/aviflow_hub/config.py, YAML): the values' hub sections plus the keys the
+chart owns (aviflow_hub.chart.CHART_OWNED). The hub and aviflow-api load it with the same
+strict loader; a key it does not know stops them with its name.
+*/}}
+{{- define "aviflow.hubConfig" -}}
+{{- $hub := deepCopy .Values.hub -}}
+{{- $_ := set $hub "bind" "0.0.0.0" -}}
+{{- $_ := set $hub "port" 8000 -}}
+{{- $_ := set $hub "hubPort" 8081 -}}
+{{- $_ := set $hub "hubConnectUrl" (include "aviflow.hubUrl" .) -}}
+{{- $_ := set $hub "dataDir" "/srv/jupyterhub" -}}
+{{- $_ := set $hub "spawner" "kubernetes" -}}
+{{- $_ := set $hub "namespace" .Release.Namespace -}}
+{{- $_ := set $hub "notebookBind" "podIP" -}}
+{{- $api := deepCopy .Values.api -}}
+{{- $_ := set $api "bind" "0.0.0.0" -}}
+{{- $_ := set $api "port" 8088 -}}
+{{- $_ := set $api "url" (include "aviflow.apiUrl" .) -}}
+{{- $_ := set $api "backend" "kubernetes" -}}
+{{- $_ := set $api "runRoot" "/aviflow/runs" -}}
+{{- $_ := set $api "external" true -}}
+{{- $_ := set $api "kubernetes" (include "aviflow.clusterSettings" . | fromJson) -}}
+{{- $cfg := dict "hub" $hub "auth" .Values.auth "teams" .Values.teams "profiles" .Values.profiles "storage" .Values.storage "culler" .Values.culler "api" $api -}}
+{{- toYaml $cfg -}}
+{{- end }}
+
+{{/* The pod security context of the hub's, aviflow-api's and the controller's pods. */}}
+{{- define "aviflow.podSecurity" -}}
+runAsUser: 1000
+runAsGroup: 1000
+fsGroup: 1000
+runAsNonRoot: true
+{{- end }}
+{{- define "aviflow.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: [ALL]}
+{{- end }}
