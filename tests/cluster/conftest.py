@@ -11,5 +11,6 @@ Fixtures (``aviflow_testcluster.pytest_plugin``, registered for every test layer
 ``k8s_namespace`` (function)
     A fresh namespace with its default ServiceAccount and kube-root-ca.crt, deleted afterwards.
 
-Every test here is marked ``cluster``; deselect them with ``-m "not cluster"``.
+Every test here that needs the cluster is marked ``cluster``; deselect them with
+``-m "not cluster"`` (``test_agent_units.py`` tests node-agent parts without one).
 """

@@ -13,7 +13,11 @@ Run by the launcher as ``python -m aviflow_testcluster._agent``. It
   to their addresses, the hostname is the pod's, and each volume directory is
   bind-mounted at its ``mountPath``;
 * reports phase, conditions, ``podIP`` and container states/exit codes through
-  the status subresource, honours ``restartPolicy``;
+  the status subresource, honours ``restartPolicy`` with the kubelet's crash-loop
+  back-off (``_agent_backoff``);
+* routes Services (``_agent_services``, ``_agent_proxy``): an address per Service, a TCP
+  proxy on it to the ready pods, its names in every pod's ``/etc/hosts``, the kubelet's
+  ``<SVC>_SERVICE_HOST`` variables and ``status.loadBalancer`` for LoadBalancers;
 * on deletion sends SIGTERM to every process of the pod, SIGKILL after the grace
   period, then removes the Pod object (as the kubelet does);
 * serves ``/containerLogs/<ns>/<pod>/<container>`` over HTTPS on the nodes'
@@ -22,7 +26,8 @@ Run by the launcher as ``python -m aviflow_testcluster._agent``. It
 
 Modules: ``_agent_node`` (Nodes, status, Leases), ``_agent_pod`` (``PodRunner``),
 ``_agent_env`` (environment, command line), ``_agent_volumes`` (volumes),
-``_agent_logs`` (the log server) and ``_agent_common`` (constants, sandbox paths);
+``_agent_logs`` (the log server), ``_agent_services`` + ``_agent_proxy`` (Services),
+``_agent_backoff`` (restart back-off) and ``_agent_common`` (constants, sandbox paths);
 this one is the ``Agent`` (pod reflector, IPs, hosts records) and ``main``.
 """
 
@@ -44,6 +49,7 @@ try:  # run as a module of the package, or by path
     from ._agent_logs import start_log_server
     from ._agent_node import NodesMixin
     from ._agent_pod import PodRunner
+    from ._agent_services import Services
     from ._nodes import NodeSpec
 except ImportError:  # pragma: no cover
     from aviflow_testcluster import _procs
@@ -51,6 +57,7 @@ except ImportError:  # pragma: no cover
     from aviflow_testcluster._agent_logs import start_log_server
     from aviflow_testcluster._agent_node import NodesMixin
     from aviflow_testcluster._agent_pod import PodRunner
+    from aviflow_testcluster._agent_services import Services
     from aviflow_testcluster._nodes import NodeSpec
 
 __all__ = ["Agent", "container_log_path", "main"]  # container_log_path: its old home
@@ -78,6 +85,7 @@ class Agent(NodesMixin):
         self.next_ip = 2
         with open(cfg.ssl_ca_cert, "rb") as f:
             self.ca_pem = f.read()
+        self.services = Services(self)
 
     # --------------------------------------------------------------- pods
     def allocate_ip(self) -> str:
@@ -89,19 +97,25 @@ class Agent(NodesMixin):
                     return f"127.{self.args.ip_block}.{n // 256}.{n % 256}"
 
     def hosts_entries(self, namespace: str) -> list[str]:
-        """DNS-like records of every pod in ``namespace`` that has a hostname + subdomain."""
+        """DNS-like records for a pod in ``namespace``: every pod of the namespace that has a
+        hostname + subdomain, then every routed Service (``_agent_services``)."""
         lines = []
         with self.lock:
             for r in self.pods.values():
                 if r.namespace == namespace and r.ip and not r.finished:
                     lines.extend(r.dns_lines())
-        return lines
+        return lines + self.services.hosts_lines(namespace)
 
-    def refresh_hosts(self, namespace: str) -> None:
+    def refresh_hosts(self, namespace: str | None) -> None:
+        """Rewrite the hosts files of the pods in ``namespace`` (None: of every pod)."""
         with self.lock:
-            runners = [r for r in self.pods.values() if r.namespace == namespace]
+            runners = [r for r in self.pods.values() if namespace in (None, r.namespace)]
         for r in runners:
             r.write_hosts()
+
+    def refresh_all_hosts(self) -> None:
+        """Services are visible from every namespace: a change rewrites every hosts file."""
+        self.refresh_hosts(None)
 
     def reflect(self) -> None:
         """list+watch pods, dispatching those bound to our nodes."""
@@ -170,6 +184,7 @@ class Agent(NodesMixin):
     def forget(self, runner: PodRunner) -> None:
         with self.lock:
             self.pods.pop(runner.uid, None)
+        self.services.kick()
 
     # ------------------------------------------------------------- main
     def run(self) -> None:
@@ -178,6 +193,7 @@ class Agent(NodesMixin):
         self.register_nodes()
         threading.Thread(target=self.heartbeat_loop, daemon=True, name="heartbeat").start()
         start_log_server(self)
+        self.services.start()
         threading.Thread(target=self.reflect, daemon=True, name="reflector").start()
         log.info("node agent up for %s", ", ".join(self.nodes))
         self.stopping.wait()
@@ -187,6 +203,7 @@ class Agent(NodesMixin):
         for r in runners:
             r.kill(grace=min(r.grace_period(), 5))
         _procs.sweep(f"{self.args.cluster_id}/pod/", prefix=True)
+        self.services.stop()
         log.info("node agent stopped")
 
 

@@ -20,6 +20,10 @@ SETUP_RETRY_SECONDS = 1.0
 RUNTIME = "aviflow-process://1"
 
 
+class PodKilled(Exception):
+    """A container was about to start after the pod runner's ``kill()``: the runner stops."""
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

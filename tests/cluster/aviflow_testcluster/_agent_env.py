@@ -98,6 +98,10 @@ class EnvMixin:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             _procs.MARKER: self.marker,
         }
+        # Services' variables, as the kubelet adds them, under the API server's own
+        env.update(
+            self.agent.services.env_vars(self.namespace, self.spec.get("enableServiceLinks", True))
+        )
         api_port = str(self.agent.args.kubernetes_port)
         env.update(
             {

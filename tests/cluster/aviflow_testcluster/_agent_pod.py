@@ -4,11 +4,12 @@ Sandbox directory and pod IP, a private ``/etc/hosts`` (rewritten in place as th
 namespace's pods come and go), volumes and config retried until they resolve, init
 containers then containers in their own mount+UTS namespaces (``unshare``), each inside its
 image when the image is in the agent's OCI layouts (``_oci``; otherwise ``ErrImagePull``, or
-the host's root filesystem when the agent runs in host mode), supervision
-with ``restartPolicy``, status through the status subresource, and deletion (SIGTERM,
-SIGKILL after the grace period, sweep, final delete). The environment and volumes are
-``EnvMixin`` (``_agent_env``), ``VolumesMixin`` (``_agent_volumes``) and
-``ImageMixin`` (``_agent_image``).
+the host's root filesystem when the agent runs in host mode), supervision with
+``restartPolicy`` and the kubelet's crash-loop back-off (``_agent_backoff``), status through
+the status subresource, and deletion (SIGTERM, SIGKILL after the grace period, sweep, final
+delete). The environment and volumes are
+``EnvMixin`` (``_agent_env``), ``VolumesMixin`` (``_agent_volumes``),
+``ImageMixin`` (``_agent_image``) and ``RestartMixin`` (``_agent_backoff``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING
 from kubernetes import client
 
 from . import _oci, _procs
-from ._agent_common import RUNTIME, SETUP_RETRY_SECONDS, log, now, pod_dir, waiting
+from ._agent_backoff import CrashLoopBackOff, RestartMixin
+from ._agent_common import RUNTIME, SETUP_RETRY_SECONDS, PodKilled, log, now, pod_dir, waiting
 from ._agent_env import EnvMixin
 from ._agent_image import ImageMixin
 from ._agent_volumes import VolumesMixin
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
 
 
-class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
+class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thread):
     """Runs one pod: sandbox, volumes, init containers, containers, status, deletion."""
 
     def __init__(self, agent: Agent, pod: dict) -> None:
@@ -60,6 +62,13 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
         self.marker = f"{agent.args.cluster_id}/pod/{self.uid}"
         # container name -> its unpacked image (None: run on the host, in host mode)
         self.bundles: dict[str, _oci.Bundle | None] = {}
+        # the kubelet's crash-loop back-off, and when each container last exited (monotonic)
+        self.backoff = CrashLoopBackOff()
+        self.exited_at: dict[str, float] = {}
+        self.hosts_lock = threading.Lock()
+        # set by kill() under cond: from then on no container starts (the agent's stop kills
+        # pods from another thread while their runners may be restarting a container)
+        self.killed = False
 
     # ------------------------------------------------------------ helpers
     @property
@@ -92,6 +101,8 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
             if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
                 self.deleting.set()
             self.cond.notify_all()
+        # labels or deletion may change which Services route here
+        self.agent.services.kick()
 
     def write_hosts(self) -> None:
         if not self.ip:
@@ -117,8 +128,9 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
         ]
         data = ("\n".join(lines) + "\n").encode()
         path = self.dir / "hosts"
-        # Rewrite in place: the file is bind-mounted by inode into running containers.
-        with open(path, "r+b" if path.exists() else "wb") as f:
+        # Rewrite in place: the file is bind-mounted by inode into running containers. Pod
+        # threads and the Service syncer both rewrite it: one writer at a time.
+        with self.hosts_lock, open(path, "r+b" if path.exists() else "wb") as f:
             f.write(data)
             f.truncate()
 
@@ -171,17 +183,22 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
         if old and old["status"] == status:
             return
         self.conditions[t] = {"status": status, "ts": now(), "reason": reason}
+        if t == "Ready":  # a Service's endpoints are its Ready pods
+            self.agent.services.kick()
 
     # -------------------------------------------------------------- run
     def run(self) -> None:
         try:
             self._run()
+        except PodKilled:
+            pass
         except Exception:
             log.exception("pod %s/%s crashed the runner", self.namespace, self.name)
             self.phase = "Failed"
             self.patch_status()
         finally:
             self.finished = True
+            self.agent.services.kick()
             self.agent.refresh_hosts(self.namespace)
             self._await_deletion()
 
@@ -226,15 +243,18 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
             if c.get("restartPolicy") == "Always":
                 self.launch(c, init=True)
                 continue
+            restarts = 0
             while True:
-                code = self.run_to_end(c, init=True)
+                code = self.run_to_end(c, init=True, restart_count=restarts)
                 if code == 0 or self.deleting.is_set():
                     break
                 if self.spec.get("restartPolicy", "Always") == "Never":
                     self.phase = "Failed"
                     self.patch_status()
                     return
-                time.sleep(1)
+                if not self.wait_back_off(c):
+                    return
+                restarts += 1
         self.set_condition("Initialized", True)
         for c in self.spec["containers"]:
             self.launch(c)
@@ -246,26 +266,10 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
 
     def supervise(self) -> None:
         policy = self.spec.get("restartPolicy", "Always")
-        backoff: dict[str, float] = {}
         while not self.deleting.is_set():
             changed = False
             for c in self.spec["containers"]:
-                name = c["name"]
-                p = self.procs.get(name)
-                if p is None or p.poll() is None:
-                    continue
-                if self.statuses[name].get("state", {}).get("running"):
-                    self.record_exit(c, p.returncode, init=False)
-                    changed = True
-                code = p.returncode
-                restart = policy == "Always" or (policy == "OnFailure" and code != 0)
-                if restart and time.monotonic() >= backoff.get(name, 0):
-                    backoff[name] = time.monotonic() + 1
-                    self.statuses[name]["restartCount"] = (
-                        self.statuses[name].get("restartCount", 0) + 1
-                    )
-                    self.launch(c, restart_count=self.statuses[name]["restartCount"])
-                    changed = True
+                changed = self.tend(c, policy) or changed
             running = [
                 c
                 for c in self.spec["containers"]
@@ -332,7 +336,9 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
 
     def kill(self, grace: float) -> None:
         """SIGTERM every process of the pod, SIGKILL after ``grace`` seconds."""
-        procs = [p for p in self.procs.values() if p.poll() is None]
+        with self.cond:  # no launch() is half done, and none starts after this
+            self.killed = True
+            procs = [p for p in self.procs.values() if p.poll() is None]
         log.info(
             "pod %s/%s: killing %d process group(s), grace %.0fs",
             self.namespace,
@@ -360,14 +366,14 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
             for c in cs:
                 p = self.procs.get(c["name"])
                 running = table.get(c["name"], {}).get("state", {}).get("running")
-                if p is not None and running:
+                if p is not None and running and p.returncode is not None:
                     self.record_exit(c, p.returncode, init=init)
         if not self.agent.stopping.is_set() and not self.finished:
             self.patch_status()
 
     # ------------------------------------------------------- containers
-    def run_to_end(self, c: dict, *, init: bool) -> int:
-        p = self.launch(c, init=init)
+    def run_to_end(self, c: dict, *, init: bool, restart_count: int = 0) -> int:
+        p = self.launch(c, init=init, restart_count=restart_count)
         while p.poll() is None and not self.deleting.is_set():
             with self.cond:
                 self.cond.wait(0.2)
@@ -384,6 +390,7 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
         if code < 0:  # killed by a signal: report like a container runtime
             code = 128 - code
         log.info("pod %s/%s: container %s exited %d", self.namespace, self.name, c["name"], code)
+        self.exited_at[c["name"]] = time.monotonic()
         st["state"] = {
             "terminated": {
                 "exitCode": code,
@@ -442,7 +449,9 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
                 *argv,
             ]
             (self.dir / "rootfs-cwd").mkdir(exist_ok=True)
-        with open(log_path, "ab") as out:
+        with self.cond, open(log_path, "ab") as out:
+            if self.killed:
+                raise PodKilled(name)
             p = subprocess.Popen(
                 full,
                 env=env,
@@ -452,7 +461,7 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
                 start_new_session=True,
                 cwd=str(self.dir),
             )
-        self.procs[name] = p
+            self.procs[name] = p
         log.info(
             "pod %s/%s: container %s started (pid %d, restart %d)",
             self.namespace,
@@ -460,6 +469,11 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
             name,
             p.pid,
             restart_count,
+        )
+        previous = table.get(name, {})
+        # the last exit stays visible as lastState, as the kubelet reports it
+        last = previous.get("state", {}).get("terminated") or (
+            previous.get("lastState", {}).get("terminated") if restart_count else None
         )
         table[name] = {
             "name": name,
@@ -470,6 +484,7 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, threading.Thread):
             "started": True,
             "restartCount": restart_count,
             "state": {"running": {"startedAt": now()}},
+            **({"lastState": {"terminated": last}} if last else {}),
         }
         return p
 
