@@ -8,6 +8,7 @@
 #   make cluster-status  show pids/ports of the running cluster
 #   make test-cluster    run the cluster smoke tests
 #   make cluster-aviflow Aviflow on it (CRD, queues, run store) and the controller
+#   make cluster-chart   the Helm chart on it, with the built images (make images)
 
 CLUSTER_PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 CLUSTER_DIR ?= .cluster
@@ -39,3 +40,8 @@ test-cluster:
 .PHONY: cluster-aviflow
 cluster-aviflow:
 	$(CLUSTER_PYTHON) tools/cluster_aviflow.py
+
+# The Helm chart on the running cluster with the built images (make cluster-up, make images)
+.PHONY: cluster-chart
+cluster-chart:
+	$(CLUSTER_PYTHON) tools/cluster_chart.py

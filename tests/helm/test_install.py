@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 from aviflow_images import own_cluster, trainer_images_entry
+from aviflow_kernel import run_in_kernel
 from aviflow_pool import run_store_volume
 
 from aviflow_testcluster import Cluster, wait_for
@@ -33,6 +35,7 @@ from .conftest import CHART, EXAMPLES, Render
 pytestmark = [pytest.mark.cluster, pytest.mark.images, pytest.mark.timeout(1800)]
 
 TINY = files("aviflow.examples").joinpath("tiny_regression.py").read_text()
+PASSWORD = "chart-test-password"
 
 
 @pytest.fixture(scope="module")
@@ -102,16 +105,118 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
         assert len(lines) == len(docs) and all("(server dry run)" in line for line in lines), lines
 
 
+def hostpath_storage(cluster: Cluster, name: str, paths: list[Path]) -> None:
+    """A StorageClass ``name`` with one 1Gi hostPath PersistentVolume per path, each owned
+    by uid 1000 as a provisioner's volume for the images' user would be (the claims of the
+    hub's database, aviflow-api's ledger and a user's home bind to them)."""
+    objs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        }
+    ]
+    for i, path in enumerate(paths):
+        path.mkdir(parents=True)
+        os.chown(path, 1000, 1000)
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{name}-{i}"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": name,
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(path), "type": "Directory"},
+                },
+            }
+        )
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs))
+
+
+class User:
+    """A person at the hub's public address (the proxy's LoadBalancer Service): a token from
+    the hub's API with the dev authenticator's password, their notebook server, aviflow-api."""
+
+    def __init__(self, url: str, name: str, password: str) -> None:
+        self.url, self.name = url, name
+        r = requests.post(
+            f"{url}/hub/api/users/{name}/tokens",
+            json={"auth": {"username": name, "password": password}, "note": "chart test"},
+            timeout=60,
+        )
+        assert r.status_code == 201, (r.status_code, r.text)
+        self.token = r.json()["token"]
+        self.headers = {"Authorization": f"token {self.token}"}
+
+    def server(self) -> dict[str, Any] | None:
+        r = requests.get(f"{self.url}/hub/api/users/{self.name}", headers=self.headers, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["servers"].get("")
+
+    def spawn(self, profile: str) -> None:
+        r = requests.post(
+            f"{self.url}/hub/api/users/{self.name}/server",
+            json={"profile": profile},
+            headers=self.headers,
+            timeout=120,
+        )
+        assert r.status_code in (201, 202), (r.status_code, r.text)
+        wait_for(lambda: (self.server() or {}).get("ready"), 600, "the notebook is ready")
+
+    def stop(self) -> None:
+        r = requests.delete(
+            f"{self.url}/hub/api/users/{self.name}/server", headers=self.headers, timeout=120
+        )
+        assert r.status_code in (202, 204), (r.status_code, r.text)
+        wait_for(lambda: self.server() is None, 300, "the notebook stopped")
+
+    def api(self, path: str) -> Any:
+        r = requests.get(
+            f"{self.url}/services/aviflow-api/api/v1/{path}", headers=self.headers, timeout=60
+        )
+        assert r.status_code == 200, (r.status_code, r.text)
+        return r.json()
+
+
+CELL = f"""
+%load_ext aviflow
+for name, steps in (("holds-quota", 100000), ("from-notebook", 10)):
+    get_ipython().run_cell_magic(
+        "aviflow_train",
+        f"--nodes 2 --gpus-per-node 1 --name {{name}} --env TINY_STEPS={{steps}} "
+        "--env TINY_STEP_SLEEP=0.5 --out job",
+        {TINY!r},
+    )
+    print(name, job.id)
+import os
+print("backend", type(job.backend).__name__, os.environ["AVIFLOW_API_URL"])
+print("queue", job.spec.spec.queue)
+"""
+
+
 def test_install_upgrade_rollback_uninstall(
     chart_cluster: Cluster,
     helm: Path,
     built_images: dict[str, dict[str, Any]],
     tmp_path: Path,
 ) -> None:
+    """The whole admin and user path on an installed release: the hub, aviflow-api and the
+    controller run as pods in the built images; a user logs in at the proxy's address,
+    spawns a KubeSpawner notebook on a CPU node and submits a cell from it, which waits for
+    its team's quota; ``helm upgrade`` raising the quota is all it takes for it to train to
+    the end on the HGX nodes, and the profile changed in the same upgrade reaches the next
+    spawn. A kubectl TrainJob of another team's member is refused by the queue policy.
+    ``helm rollback`` restores quota and profile; ``helm uninstall`` leaves only what is
+    documented to stay."""
     cluster = chart_cluster
     ns = cluster.create_namespace("chart")
     release = f"av{uuid.uuid4().hex[:6]}"
-    trainer = built_images["trainer"]
+    trainer, hub_image, notebook = (built_images[k] for k in ("trainer", "hub", "notebook"))
     runs = tmp_path / "runs"
     runs.mkdir()
     os.chown(runs, 1000, 1000)  # as a provisioner's volume for pods of uid 1000 would be
@@ -121,13 +226,29 @@ def test_install_upgrade_rollback_uninstall(
         "-",
         input="\n---\n".join(json.dumps(o) for o in run_store_volume(ns, str(runs), f"{ns}-runs")),
     )
-    repository, tag = trainer["image"].rsplit(":", 1)
+    storage = f"{ns}-state"
+    hostpath_storage(cluster, storage, [tmp_path / "pv" / k for k in ("hub", "api", "home")])
 
-    def values(gpus: int) -> Path:
+    def image(ref: str) -> dict[str, str]:
+        repository, tag = ref.rsplit(":", 1)
+        return {"repository": repository, "tag": tag}
+
+    def values(gpus: int, cpu: int) -> Path:
         path = tmp_path / f"values-{gpus}.yaml"
+        profile = {
+            "slug": "small",
+            "displayName": f"Small ({cpu} CPU)",
+            "cpu": cpu,
+            "memory": "1Gi",
+            "image": notebook["image"],
+            "nodeSelector": {"aviflow.dev/node-pool": "cpu"},
+            "default": True,
+        }
         path.write_text(
             yaml.safe_dump(
                 {
+                    "hub": {"groups": {"vision": ["alice"], "nlp": ["bob"]}},
+                    "auth": {"type": "dev", "dev": {"userPassword": PASSWORD}},
                     "teams": [
                         {
                             "name": "vision",
@@ -137,8 +258,15 @@ def test_install_upgrade_rollback_uninstall(
                         },
                         {"name": "nlp", "groups": ["nlp"], "queue": "nlp", "gpuQuota": 2},
                     ],
+                    "profiles": [profile],
+                    "storage": {"capacity": "1Gi", "storageClass": storage},
                     "api": {"kubernetes": {"images": [trainer_images_entry(trainer)]}},
-                    "images": {"controller": {"repository": repository, "tag": tag}},
+                    "images": {
+                        "hub": image(hub_image["image"]),
+                        "controller": image(trainer["image"]),
+                    },
+                    "proxy": {"port": 8080},
+                    "state": {"storageClass": storage},
                     "runStore": {"existingClaim": "aviflow-runs"},
                 }
             )
@@ -147,18 +275,66 @@ def test_install_upgrade_rollback_uninstall(
 
     home = tmp_path / "helm-home"
     done = helm_run(
-        helm, cluster, home, "install", release, str(CHART), "-n", ns, "-f", str(values(2)),
+        helm, cluster, home, "install", release, str(CHART), "-n", ns, "-f", str(values(2, 1)),
         "--wait", "--timeout", "5m",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    # the controller runs in the trainer image, under its own service account
-    [pod] = kubectl_json(
-        cluster, "get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=controller"
-    )["items"]
-    assert pod["spec"]["serviceAccountName"] == f"{release}-controller"
-    assert pod["status"]["containerStatuses"][0]["imageID"] == trainer["digest"]
+    assert done.returncode == 0, done.stderr + explain(cluster, ns)
 
-    # team members may create TrainJobs with kubectl in this namespace (the test's grant)
+    def pod_of(component: str) -> dict[str, Any]:
+        [pod] = kubectl_json(
+            cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={component}"
+        )["items"]
+        return pod
+
+    # each part runs in its image, under its own service account
+    for component, sa, digest in (
+        ("hub", f"{release}-hub", hub_image["digest"]),
+        ("api", f"{release}-api", hub_image["digest"]),
+        ("controller", f"{release}-controller", trainer["digest"]),
+    ):
+        pod = pod_of(component)
+        assert pod["spec"]["serviceAccountName"] == sa
+        assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
+
+    # the user's address: the proxy's LoadBalancer Service
+    svc = kubectl_json(cluster, "get", "service", f"{release}-proxy-public", "-n", ns)
+    url = f"http://{svc['status']['loadBalancer']['ingress'][0]['ip']}:8080"
+    until(cluster, ns, lambda: _answers(f"{url}/hub/health"), 180, "the hub answers at its address")
+    alice = User(url, "alice", PASSWORD)
+    assert alice.api("queues")  # aviflow-api, through the proxy, knows her
+    alice.spawn("small")
+    [nb] = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")[
+        "items"
+    ]
+    assert (
+        nb["spec"]["nodeName"].startswith("cpu-")
+        and nb["spec"]["automountServiceAccountToken"] is False
+    )
+    assert nb["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "1"
+    assert nb["status"]["containerStatuses"][0]["imageID"] == notebook["digest"]
+
+    # a cell in her notebook: two jobs of 2 GPUs on her team's 2-GPU quota, through
+    # aviflow-api (by its Service name); the first holds the quota, the second waits
+    out, error = run_in_kernel(f"{url}/user/alice/", alice.token, CELL, timeout=300)
+    assert error is None, (error, out)
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert lines.get("backend") == f"HubBackend http://{release}-api:8088/services/aviflow-api/", (
+        out
+    )
+    assert lines["queue"] == "vision", out
+    holder, job_id = lines["holds-quota"], lines["from-notebook"]
+    until(cluster, ns, lambda: alice.api(f"jobs/{holder}")["state"] == "RUNNING", 300, "it runs")
+    until(
+        cluster,
+        ns,
+        lambda: "waiting for admission" in (alice.api(f"jobs/{job_id}").get("message") or ""),
+        120,
+        "the second waits for quota, and says why",
+    )
+    assert alice.api(f"jobs/{job_id}")["state"] == "QUEUED"
+
+    # team members may create TrainJobs with kubectl in this namespace (the test's grant);
+    # the queue-access policy refuses an nlp member vision's queue
     cluster.kubectl(
         "create", "role", "trainjobs", "-n", ns, "--verb=create,get,list,watch",
         "--resource=trainjobs.aviflow.dev",
@@ -170,56 +346,100 @@ def test_install_upgrade_rollback_uninstall(
     body = {
         "apiVersion": "aviflow.dev/v1",
         "kind": "TrainJob",
-        "metadata": {"name": "waits-for-quota", "namespace": ns},
-        "spec": {
-            "queue": "vision",
-            "nodes": 2,
-            "gpusPerNode": 2,
-            "script": TINY,
-            "env": {"TINY_STEPS": "10"},
-        },
+        "metadata": {"name": "not-yours", "namespace": ns},
+        "spec": {"queue": "vision", "nodes": 1, "gpusPerNode": 1, "script": TINY},
     }
-    # the queue-access policy: an nlp member may not use vision's queue
     refused = cluster.kubectl(
         "apply", "--as=bob", "--as-group=nlp", "-f", "-", input=json.dumps(body), check=False
     )
     assert refused.returncode != 0
     assert "aviflow-queue-access" in refused.stderr and "vision" in refused.stderr, refused.stderr
-    done = cluster.kubectl(
-        "apply", "--as=alice", "--as-group=vision", "-f", "-", input=json.dumps(body)
-    )
-    assert done.stdout.strip() == "trainjob.aviflow.dev/waits-for-quota created"
 
-    def status() -> dict[str, Any]:
-        return (
-            kubectl_json(cluster, "get", "trainjob", "waits-for-quota", "-n", ns).get("status")
-            or {}
-        )
-
-    # 4 GPUs on a 2-GPU quota: it waits, and says why
-    until(
-        cluster, ns, lambda: "waiting for admission" in status().get("message", ""), 120, "it waits"
-    )
-    assert status()["state"] == "QUEUED"
-
-    # raising the quota is all it takes
+    # the admin raises the quota and changes the profile: nothing else to do
+    token_before = kubectl_json(cluster, "get", "secret", f"{release}-hub", "-n", ns)["data"]
+    pods_before = {c: pod_of(c)["metadata"]["uid"] for c in ("hub", "api", "controller")}
     done = helm_run(
-        helm, cluster, home, "upgrade", release, str(CHART), "-n", ns, "-f", str(values(4)),
+        helm, cluster, home, "upgrade", release, str(CHART), "-n", ns, "-f", str(values(4, 2)),
         "--wait", "--timeout", "5m",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    secret = kubectl_json(cluster, "get", "secret", f"{release}-hub", "-n", ns)["data"]
+    assert secret["api-token"] == token_before["api-token"]  # generated once, kept
     cq = kubectl_json(cluster, "get", "clusterqueue", f"{release}-vision")
     gpu = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "4"}
+
+    # the config changed: new hub and aviflow-api pods (the controller's settings did not)
+    def rolled() -> dict[str, bool | None]:
+        """Per component: whether its one live pod is a new one (None: not one pod now)."""
+        out: dict[str, bool | None] = {}
+        for c, before in pods_before.items():
+            items = kubectl_json(
+                cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={c}"
+            )["items"]
+            live = [
+                p["metadata"]["uid"] for p in items if not p["metadata"].get("deletionTimestamp")
+            ]
+            out[c] = live[0] != before if len(live) == 1 else None
+        return out
+
     until(
-        cluster, ns, lambda: status().get("state") == "SUCCEEDED", 600, "the job trains to the end"
+        cluster,
+        ns,
+        lambda: rolled() == {"hub": True, "api": True, "controller": False},
+        180,
+        "the hub and aviflow-api are rolled, the controller is not",
     )
-    job_dir = next(runs.glob("*/waits-for-quota"))
-    assert (job_dir / "meta.json").stat().st_uid == 1000  # the controller's uid made it
+    # the new hub keeps its database: the same token still works
+    until(cluster, ns, lambda: _answers(f"{url}/hub/health"), 180, "the new hub answers")
+    until(
+        cluster,
+        ns,
+        lambda: alice.api(f"jobs/{job_id}")["state"] == "SUCCEEDED",
+        600,
+        "the waiting job trains to the end, next to the first",
+    )
+    assert alice.api(f"jobs/{holder}")["state"] == "RUNNING"
+    r = requests.post(
+        f"{url}/services/aviflow-api/api/v1/jobs/{holder}/cancel",
+        json={},
+        headers=alice.headers,
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    until(
+        cluster,
+        ns,
+        lambda: alice.api(f"jobs/{holder}")["state"] == "CANCELLED",
+        300,
+        "she cancels the first",
+    )
+    job_dir = runs / "alice" / job_id
     rows = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows][-1] == 10
+    pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"aviflow.dev/job={job_id}")
+    assert sorted(p["spec"]["nodeName"][:4] for p in pods["items"]) == ["hgx-", "hgx-"]
+    # usage: both jobs' GPU time, accounted to team vision
+    [row] = until(
+        cluster,
+        ns,
+        lambda: [r for r in alice.api("usage")["rows"] if r["jobs"] == 2],
+        60,
+        "the ledger has both jobs",
+    )
+    assert (row["key"], row["jobs"], row["attempts"]) == ("vision", 2, 2), row
+    assert row["gpu_seconds"] > 2 * 5, row
 
-    # rollback: the quota of revision 1 again
+    # the changed profile reaches the next spawn
+    alice.stop()
+    alice.spawn("small")
+    [nb] = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")[
+        "items"
+    ]
+    assert nb["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
+    alice.stop()
+
+    # rollback: the quota and profile of revision 1 again
     done = helm_run(helm, cluster, home, "rollback", release, "1", "-n", ns, "--wait")
     assert done.returncode == 0, done.stderr
     cq = kubectl_json(cluster, "get", "clusterqueue", f"{release}-vision")
@@ -227,26 +447,63 @@ def test_install_upgrade_rollback_uninstall(
     history = helm_run(helm, cluster, home, "history", release, "-n", ns, "-o", "json")
     assert [h["revision"] for h in json.loads(history.stdout)] == [1, 2, 3]
 
-    # uninstall: only the CRD (with the TrainJobs) and the run store's claim stay
+    # uninstall: what stays is the CRD (with the TrainJobs) and the claims holding data (the
+    # run store, the hub's database, aviflow-api's ledger, the user's home)
     done = helm_run(helm, cluster, home, "uninstall", release, "-n", ns, "--wait")
     assert done.returncode == 0, done.stderr
     for kind in (
         "deployments",
+        "services",
+        "secrets",
         "serviceaccounts",
         "roles",
         "rolebindings",
         "configmaps",
+        "networkpolicies",
         "localqueues",
     ):
         names = cluster.kubectl("get", kind, "-n", ns, "-o", "name").stdout.split()
         assert [
             n for n in names if release in n or n.endswith(("/vision", "/nlp", "/aviflow-queues"))
         ] == [], (kind, names)
-    for kind in ("clusterqueues", "resourceflavors", "topologies", "validatingadmissionpolicies"):
+    for kind in (
+        "clusterqueues",
+        "resourceflavors",
+        "topologies",
+        "validatingadmissionpolicies",
+        "clusterroles",
+        "clusterrolebindings",
+    ):
         names = cluster.kubectl("get", kind, "-o", "name").stdout.split()
         assert [n for n in names if release in n or "aviflow-queue-access" in n] == [], (
             kind,
             names,
         )
     assert cluster.kubectl("get", "crd", "trainjobs.aviflow.dev", "-o", "name").stdout.strip()
-    assert cluster.kubectl("get", "pvc", "aviflow-runs", "-n", ns, "-o", "name").stdout.strip()
+    claims = cluster.kubectl("get", "pvc", "-n", ns, "-o", "name").stdout.split()
+    assert sorted(claims) == sorted(
+        [
+            "persistentvolumeclaim/aviflow-home-alice",
+            "persistentvolumeclaim/aviflow-runs",
+            f"persistentvolumeclaim/{release}-api-db",
+            f"persistentvolumeclaim/{release}-hub-db",
+        ]
+    )
+    until(
+        cluster,
+        ns,
+        lambda: (
+            not kubectl_json(
+                cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={release}"
+            )["items"]
+        ),
+        120,
+        "the release's pods are gone",
+    )
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        return False

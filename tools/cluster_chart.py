@@ -1,0 +1,189 @@
+"""``make cluster-chart``: the Helm chart installed on the running test cluster, with the
+built images (``make cluster-up`` and ``make images`` first).
+
+What a provisioner and a registry would give a real cluster, this gives the test cluster:
+hostPath volumes under ``.cluster/volumes`` (a ReadWriteMany run store, and a storage class
+``aviflow-state`` with volumes for the hub's database, aviflow-api's ledger and users' homes)
+and the images from ``images/.build``. Then ``helm upgrade --install aviflow helm/aviflow``
+in namespace ``aviflow`` with ``.cluster/values.yaml`` (written once: teams ``vision`` and
+``nlp`` with 8 and 4 GPUs in one cohort, users alice and bob, password below; edit it and
+run again to change a quota or a profile). It prints the hub's address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests" / "cluster"), str(ROOT / "tests" / "k8s")]
+
+from aviflow_pool import run_store_volume  # noqa: E402
+
+from aviflow_testcluster import Cluster, _build  # noqa: E402
+
+NAMESPACE = RELEASE = "aviflow"
+PASSWORD = "aviflow-quickstart"
+STATE_CLASS = "aviflow-state"
+STATE_VOLUMES = 6  # hub database, ledger, four homes
+
+
+def built_images() -> dict[str, dict[str, Any]]:
+    report = ROOT / "images" / ".build" / "images.jsonl"
+    rows = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
+    found = {row["name"]: row for row in rows}
+    missing = sorted({"hub", "notebook", "trainer"} - set(found))
+    if missing:
+        raise SystemExit(f"images not built: {', '.join(missing)}; run `make images` first")
+    return found
+
+
+def values(images: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def image(ref: str) -> dict[str, str]:
+        repository, tag = ref.rsplit(":", 1)
+        return {"repository": repository, "tag": tag}
+
+    trainer = images["trainer"]
+    return {
+        "hub": {"groups": {"vision": ["alice"], "nlp": ["bob"]}, "admins": ["alice"]},
+        "auth": {"type": "dev", "dev": {"userPassword": PASSWORD}},
+        "teams": [
+            {
+                "name": "vision",
+                "groups": ["vision"],
+                "queue": "vision",
+                "gpuQuota": 8,
+                "cohort": "hgx",
+            },
+            {"name": "nlp", "groups": ["nlp"], "queue": "nlp", "gpuQuota": 4, "cohort": "hgx"},
+        ],
+        "profiles": [
+            {
+                "slug": "small",
+                "displayName": "Small (1 CPU, 2 GiB)",
+                "cpu": 1,
+                "memory": "2Gi",
+                "image": images["notebook"]["image"],
+                "nodeSelector": {"aviflow.dev/node-pool": "cpu"},
+                "default": True,
+            }
+        ],
+        "storage": {"capacity": "1Gi", "storageClass": STATE_CLASS},
+        "api": {
+            "kubernetes": {
+                "images": [
+                    {
+                        "name": f"trainer-{trainer['lockHash']}",
+                        "image": trainer["image"],
+                        "lockHash": trainer["lockHash"],
+                        "packages": trainer["packages"],
+                    }
+                ]
+            }
+        },
+        "images": {"hub": image(images["hub"]["image"]), "controller": image(trainer["image"])},
+        "state": {"storageClass": STATE_CLASS},
+        "runStore": {"existingClaim": "aviflow-runs"},
+    }
+
+
+def storage(volumes: Path) -> list[dict[str, Any]]:
+    """The run store and the state volumes, as a provisioner would make them (owned by the
+    images' uid 1000)."""
+    runs = volumes / "runs"
+    paths = [runs, *(volumes / f"state-{i}" for i in range(STATE_VOLUMES))]
+    for path in paths:
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, 1000, 1000)
+    objs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": STATE_CLASS},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+        },
+        *run_store_volume(NAMESPACE, str(runs), f"{NAMESPACE}-runs"),
+    ]
+    for i, path in enumerate(paths[1:]):
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{STATE_CLASS}-{i}"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": STATE_CLASS,
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(path), "type": "Directory"},
+                },
+            }
+        )
+    return objs
+
+
+def main() -> int:
+    workdir = ROOT / ".cluster"
+    if not (workdir / "state.json").exists():
+        print("no test cluster in .cluster/: run `make cluster-up` first", file=sys.stderr)
+        return 2
+    images = built_images()
+    cluster = Cluster.load(workdir)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(namespace))
+    existing = cluster.kubectl("get", "pv", "-o", "name").stdout.split()
+    objs = [
+        o
+        for o in storage(workdir / "volumes")
+        if f"persistentvolume/{o['metadata']['name']}" not in existing
+    ]
+    if objs:
+        cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs))
+    path = workdir / "values.yaml"
+    if not path.exists():
+        path.write_text(yaml.safe_dump(values(images), sort_keys=False))
+    helm = _build.build_helm()
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    done = subprocess.run(
+        [str(helm), "upgrade", "--install", RELEASE, str(ROOT / "helm" / "aviflow"),
+         "-n", NAMESPACE, "-f", str(path), "--wait", "--timeout", "10m"],
+        env=env, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        return done.returncode
+    ip = ""
+    for _ in range(60):
+        svc = json.loads(
+            cluster.kubectl(
+                "get", "svc", f"{RELEASE}-proxy-public", "-n", NAMESPACE, "-o", "json"
+            ).stdout
+        )
+        ip = ((svc.get("status", {}).get("loadBalancer", {}).get("ingress") or [{}])[0]).get(
+            "ip", ""
+        )
+        if ip:
+            break
+        time.sleep(1)
+    kubectl = shutil.which("kubectl") or str(
+        next((ROOT / "tests/cluster/.build/bin").glob("*/kubectl"))
+    )
+    print(
+        f"\nAviflow is at http://{ip}/ (log in as alice or bob, password {PASSWORD})\n"
+        f"values: {path} (edit, then `make cluster-chart` again to upgrade)\n"
+        f"export KUBECONFIG={cluster.kubeconfig}\n"
+        f"{kubectl} get pods,trainjobs,workloads -n {NAMESPACE}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
