@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "cluster"), str(ROOT / "tests" / "k8s")]
+sys.path[:0] = [str(ROOT / "tests" / d) for d in ("cluster", "k8s", "images")]
 
 from aviflow_pool import pool_objects, run_store_volume  # noqa: E402
 

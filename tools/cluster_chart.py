@@ -6,7 +6,7 @@ hostPath volumes under ``.cluster/volumes`` (a ReadWriteMany run store, and a st
 ``aviflow-state`` with volumes for the hub's database, aviflow-api's ledger and users' homes)
 and the images from ``images/.build``. Then ``helm upgrade --install aviflow helm/aviflow``
 in namespace ``aviflow`` with ``.cluster/values.yaml`` (written once: teams ``vision`` and
-``nlp`` with 8 and 4 GPUs in one cohort, users alice and bob, password below; edit it and
+``nlp`` with 8 and 4 GPUs in one cohort, users alice and bob and an admin, passwords below; edit it and
 run again to change a quota or a profile). It prints the hub's address.
 """
 
@@ -18,20 +18,24 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "cluster"), str(ROOT / "tests" / "k8s")]
+sys.path[:0] = [str(ROOT / "tests" / d) for d in ("cluster", "k8s", "images")]
 
+from aviflow_images import trainer_images_entry  # noqa: E402
 from aviflow_pool import run_store_volume  # noqa: E402
 
 from aviflow_testcluster import Cluster, _build  # noqa: E402
 
 NAMESPACE = RELEASE = "aviflow"
 PASSWORD = "aviflow-quickstart"
+# The dev authenticator's admins log in with a password of their own, 32 characters at least.
+ADMIN_PASSWORD = "aviflow-quickstart-admin-password"
 STATE_CLASS = "aviflow-state"
 STATE_VOLUMES = 6  # hub database, ledger, four homes
 
@@ -53,8 +57,11 @@ def values(images: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
     trainer = images["trainer"]
     return {
-        "hub": {"groups": {"vision": ["alice"], "nlp": ["bob"]}, "admins": ["alice"]},
-        "auth": {"type": "dev", "dev": {"userPassword": PASSWORD}},
+        "hub": {"groups": {"vision": ["alice"], "nlp": ["bob"]}, "admins": ["admin"]},
+        "auth": {
+            "type": "dev",
+            "dev": {"userPassword": PASSWORD, "adminPassword": ADMIN_PASSWORD},
+        },
         "teams": [
             {
                 "name": "vision",
@@ -77,18 +84,7 @@ def values(images: dict[str, dict[str, Any]]) -> dict[str, Any]:
             }
         ],
         "storage": {"capacity": "1Gi", "storageClass": STATE_CLASS},
-        "api": {
-            "kubernetes": {
-                "images": [
-                    {
-                        "name": f"trainer-{trainer['lockHash']}",
-                        "image": trainer["image"],
-                        "lockHash": trainer["lockHash"],
-                        "packages": trainer["packages"],
-                    }
-                ]
-            }
-        },
+        "api": {"kubernetes": {"images": [trainer_images_entry(trainer)]}},
         "images": {"hub": image(images["hub"]["image"]), "controller": image(trainer["image"])},
         "state": {"storageClass": STATE_CLASS},
         "runStore": {"existingClaim": "aviflow-runs"},
@@ -173,11 +169,20 @@ def main() -> int:
         if ip:
             break
         time.sleep(1)
+    # the hub (rolled by an upgrade whose config changed) answers before the address is given
+    for _ in range(180):
+        try:
+            with urllib.request.urlopen(f"http://{ip}/hub/health", timeout=5):
+                break
+        except OSError:
+            time.sleep(1)
     kubectl = shutil.which("kubectl") or str(
         next((ROOT / "tests/cluster/.build/bin").glob("*/kubectl"))
     )
     print(
-        f"\nAviflow is at http://{ip}/ (log in as alice or bob, password {PASSWORD})\n"
+        f"\nAviflow is at http://{ip}/: log in as alice (team vision) or bob (team nlp) with "
+        f"password {PASSWORD}, or as admin with {ADMIN_PASSWORD} (usage report at "
+        f"http://{ip}/services/aviflow-api/report)\n"
         f"values: {path} (edit, then `make cluster-chart` again to upgrade)\n"
         f"export KUBECONFIG={cluster.kubeconfig}\n"
         f"{kubectl} get pods,trainjobs,workloads -n {NAMESPACE}"
