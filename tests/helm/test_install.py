@@ -12,9 +12,13 @@ what is documented to stay (the TrainJob CRD and the run store's claim).
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from importlib.resources import files
@@ -214,6 +218,11 @@ def test_install_upgrade_rollback_uninstall(
     ``helm rollback`` restores quota and profile; ``helm uninstall`` leaves only what is
     documented to stay."""
     cluster = chart_cluster
+    t0 = time.monotonic()
+
+    def step(what: str) -> None:  # where the time goes, in the report of a failure
+        print(f"[{time.monotonic() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
     ns = cluster.create_namespace("chart")
     release = f"av{uuid.uuid4().hex[:6]}"
     trainer, hub_image, notebook = (built_images[k] for k in ("trainer", "hub", "notebook"))
@@ -286,6 +295,7 @@ def test_install_upgrade_rollback_uninstall(
         )["items"]
         return pod
 
+    step("each part runs in its image, under its own service account")
     # each part runs in its image, under its own service account
     for component, sa, digest in (
         ("hub", f"{release}-hub", hub_image["digest"]),
@@ -296,13 +306,16 @@ def test_install_upgrade_rollback_uninstall(
         assert pod["spec"]["serviceAccountName"] == sa
         assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
 
+    step("the user's address: the proxy's LoadBalancer Service")
     # the user's address: the proxy's LoadBalancer Service
     svc = kubectl_json(cluster, "get", "service", f"{release}-proxy-public", "-n", ns)
     url = f"http://{svc['status']['loadBalancer']['ingress'][0]['ip']}:8080"
     until(cluster, ns, lambda: _answers(f"{url}/hub/health"), 180, "the hub answers at its address")
+    assert spawn_page(url, "alice", PASSWORD) == ["Small (1 CPU)"]  # her browser's view
     alice = User(url, "alice", PASSWORD)
     assert alice.api("queues")  # aviflow-api, through the proxy, knows her
     alice.spawn("small")
+    step("spawned")
     [nb] = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")[
         "items"
     ]
@@ -313,6 +326,7 @@ def test_install_upgrade_rollback_uninstall(
     assert nb["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "1"
     assert nb["status"]["containerStatuses"][0]["imageID"] == notebook["digest"]
 
+    step("a cell in her notebook: two jobs of 2 GPUs on her team's 2-G")
     # a cell in her notebook: two jobs of 2 GPUs on her team's 2-GPU quota, through
     # aviflow-api (by its Service name); the first holds the quota, the second waits
     out, error = run_in_kernel(f"{url}/user/alice/", alice.token, CELL, timeout=300)
@@ -333,6 +347,7 @@ def test_install_upgrade_rollback_uninstall(
     )
     assert alice.api(f"jobs/{job_id}")["state"] == "QUEUED"
 
+    step("team members may create TrainJobs with kubectl in this names")
     # team members may create TrainJobs with kubectl in this namespace (the test's grant);
     # the queue-access policy refuses an nlp member vision's queue
     cluster.kubectl(
@@ -355,6 +370,7 @@ def test_install_upgrade_rollback_uninstall(
     assert refused.returncode != 0
     assert "aviflow-queue-access" in refused.stderr and "vision" in refused.stderr, refused.stderr
 
+    step("the admin raises the quota and changes the profile: nothing ")
     # the admin raises the quota and changes the profile: nothing else to do
     token_before = kubectl_json(cluster, "get", "secret", f"{release}-hub", "-n", ns)["data"]
     pods_before = {c: pod_of(c)["metadata"]["uid"] for c in ("hub", "api", "controller")}
@@ -368,6 +384,8 @@ def test_install_upgrade_rollback_uninstall(
     cq = kubectl_json(cluster, "get", "clusterqueue", f"{release}-vision")
     gpu = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "4"}
+
+    step("the config changed: new hub and aviflow-api pods (the contro")
 
     # the config changed: new hub and aviflow-api pods (the controller's settings did not)
     def rolled() -> dict[str, bool | None]:
@@ -390,6 +408,7 @@ def test_install_upgrade_rollback_uninstall(
         180,
         "the hub and aviflow-api are rolled, the controller is not",
     )
+    step("the new hub keeps its database: the sa")
     # the new hub keeps its database: the same token still works
     until(cluster, ns, lambda: _answers(f"{url}/hub/health"), 180, "the new hub answers")
     until(
@@ -419,6 +438,7 @@ def test_install_upgrade_rollback_uninstall(
     assert [r["step"] for r in rows][-1] == 10
     pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"aviflow.dev/job={job_id}")
     assert sorted(p["spec"]["nodeName"][:4] for p in pods["items"]) == ["hgx-", "hgx-"]
+    step("usage: both jobs' GPU time, accounted ")
     # usage: both jobs' GPU time, accounted to team vision
     [row] = until(
         cluster,
@@ -430,15 +450,19 @@ def test_install_upgrade_rollback_uninstall(
     assert (row["key"], row["jobs"], row["attempts"]) == ("vision", 2, 2), row
     assert row["gpu_seconds"] > 2 * 5, row
 
+    step("the changed profile reaches the next spawn")
     # the changed profile reaches the next spawn
     alice.stop()
+    assert spawn_page(url, "alice", PASSWORD) == ["Small (2 CPU)"]
     alice.spawn("small")
+    step("spawned")
     [nb] = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")[
         "items"
     ]
     assert nb["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
     alice.stop()
 
+    step("rollback: the quota and profile of revision 1 again")
     # rollback: the quota and profile of revision 1 again
     done = helm_run(helm, cluster, home, "rollback", release, "1", "-n", ns, "--wait")
     assert done.returncode == 0, done.stderr
@@ -447,6 +471,7 @@ def test_install_upgrade_rollback_uninstall(
     history = helm_run(helm, cluster, home, "history", release, "-n", ns, "-o", "json")
     assert [h["revision"] for h in json.loads(history.stdout)] == [1, 2, 3]
 
+    step("uninstall: what stays is the CRD (with the TrainJobs) and th")
     # uninstall: what stays is the CRD (with the TrainJobs) and the claims holding data (the
     # run store, the hub's database, aviflow-api's ledger, the user's home)
     done = helm_run(helm, cluster, home, "uninstall", release, "-n", ns, "--wait")
@@ -500,6 +525,23 @@ def test_install_upgrade_rollback_uninstall(
         120,
         "the release's pods are gone",
     )
+
+
+def spawn_page(url: str, user: str, password: str) -> list[str]:
+    """Log in with the form, as a browser does (the XSRF token from the login page), and
+    read the profiles the spawn page offers."""
+    s = requests.Session()
+    page = s.get(f"{url}/hub/login", timeout=60)
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
+    assert xsrf, page.text[:2000]
+    form = {"_xsrf": xsrf.group(1), "username": user, "password": password}
+    r = s.post(f"{url}/hub/login", data=form, allow_redirects=False, timeout=60)
+    assert (r.status_code, r.headers.get("Location")) == (302, "/hub/spawn"), r.text[:2000]
+    r = s.get(f"{url}/hub/spawn", timeout=60)
+    assert r.status_code == 200, r.text[:2000]
+    return [
+        html.unescape(name).strip() for name in re.findall(r"<h3[^>]*>\s*([^<]+?)\s*</h3>", r.text)
+    ]
 
 
 def _answers(url: str) -> bool:
