@@ -9,7 +9,9 @@ second: checks of what an action changed there poll with a deadline (``Hub.until
 from __future__ import annotations
 
 import csv
+import http.client
 import io
+import json
 from typing import Any
 
 import pytest
@@ -231,6 +233,38 @@ def test_tokens_without_the_needed_scope_are_refused(
         real_hub.call("POST", f"jobs/{jobs['alice']}/cancel", read_only, json={}).status_code == 403
     )
     assert real_hub.call("GET", "openapi.json", None).json()["info"]["title"] == "aviflow-api"
+
+
+def test_a_refusal_before_the_body_says_the_connection_closes(real_hub: Any) -> None:
+    """``jobs`` streams request bodies, so it authenticates as soon as the headers are in; a
+    refusal then ends the request before its body (even a GET's empty one) was read, and
+    tornado closes the connection. The answer must say so: a proxy that keeps upstream
+    connections alive (configurable-http-proxy) would otherwise reuse the closed socket and
+    answer the user's next request 503 ("socket hang up")."""
+    conn = http.client.HTTPConnection("127.0.0.1", _api_port(real_hub), timeout=60)
+    try:
+        for method, body in (("GET", None), ("POST", b"{}")):
+            conn.request(
+                method,
+                "/services/aviflow-api/api/v1/jobs",
+                body=body,
+                headers={"Authorization": "token not-a-token", "Connection": "keep-alive"},
+            )
+            r = conn.getresponse()
+            assert (r.status, json.loads(r.read())["error"]) == (403, "AccessDenied")
+            assert r.getheader("Connection") == "close", (method, r.getheaders())
+            conn.close()
+        # a refusal after the body was read keeps the connection, as HTTP/1.1 does
+        conn.request(
+            "GET", "/services/aviflow-api/api/v1/nosuch", headers={"Connection": "keep-alive"}
+        )
+        r = conn.getresponse()
+        assert (r.status, r.getheader("Connection")) == (404, None)
+        r.read()
+        conn.request("GET", "/services/aviflow-api/api/v1/openapi.json")
+        assert conn.getresponse().status == 200  # the same connection, still open
+    finally:
+        conn.close()
 
 
 def test_forms_are_xsrf_protected(real_hub: Any, tokens: dict[str, str]) -> None:

@@ -42,11 +42,23 @@ class JobsHandler(BaseHandler):
         super().initialize(**kw)
         self._chunks: list[bytes] = []
         self._size = 0
+        self._prepared = False
 
     async def prepare(self) -> None:
         await super().prepare()
         if self.request.method == "POST" and self.request.connection is not None:
             self.request.connection.set_max_body_size(DRAIN_BYTES)
+        self._prepared = True
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # Refused in prepare (a streaming handler prepares as soon as the headers are in):
+        # tornado closes the connection after this answer rather than read the body, even
+        # an empty GET's, so say so. Otherwise a proxy that keeps its upstream connections
+        # alive (configurable-http-proxy) sends the next request on the closed socket and
+        # answers it 503 "socket hang up".
+        if not self._prepared:
+            self.set_header("Connection", "close")
+        super().write_error(status_code, **kwargs)
 
     def data_received(self, chunk: bytes) -> None:
         self._size += len(chunk)
