@@ -320,17 +320,13 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     hub_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in hub_c["env"]}
     api_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in api_c["env"]}
     assert hub_env[API_TOKEN_ENV] == token_ref and api_env.pop("JUPYTERHUB_API_TOKEN") == token_ref
-    pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
-    assert hub_env["POD_IP"] == api_env.pop("POD_IP") == pod_ip
     # aviflow-api gets what the hub gives a service it starts itself
     assert api_env == external_service_environment(
-        hub_config_of(docs), "http://aviflow-hub:8081", "http://$(POD_IP):8088"
+        hub_config_of(docs), "http://aviflow-hub:8081", "http://0.0.0.0:8088"
     )
-    assert hub_c["command"][3:] == [
-        "--JupyterHub.bind_url=http://$(POD_IP):8000",
-        "--JupyterHub.hub_bind_url=http://$(POD_IP):8081",
-        "--ConfigurableHTTPProxy.api_url=http://$(POD_IP):8001",
-    ]
+    # the proxy and the hub's API on every address of the pod (kubectl port-forward works)
+    assert hub_c["command"][3:] == ["--JupyterHub.hub_bind_url=http://:8081"]
+    assert hub_config_of(docs).hub.bind == "0.0.0.0"
     assert (hub_c["image"], api_c["image"]) == ("localhost/aviflow/hub:0.1.0",) * 2
     # each its own service account and least-privilege rules
     assert (hub["serviceAccountName"], api["serviceAccountName"]) == ("aviflow-hub", "aviflow-api")

@@ -44,10 +44,12 @@ PASSWORD = "chart-test-password"
 
 @pytest.fixture(scope="module")
 def chart_cluster(
-    built_images: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+    bundles: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A cluster of its own: the chart's cluster-scoped objects (the CRD, the policy, Kueue's
-    flavors) must not meet those other tests apply to the session's cluster."""
+    flavors) must not meet those other tests apply to the session's cluster. The images are
+    unpacked first (``bundles``), as a pre-puller would: a first unpack of the 6 GB notebook
+    image on a busy 2-core machine can take minutes, which is not what the test measures."""
     with own_cluster(tmp_path_factory.mktemp("chart-cluster"), hgx_nodes=2) as cluster:
         yield cluster
 
@@ -256,7 +258,10 @@ def test_install_upgrade_rollback_uninstall(
         path.write_text(
             yaml.safe_dump(
                 {
-                    "hub": {"groups": {"vision": ["alice"], "nlp": ["bob"]}},
+                    "hub": {
+                        "groups": {"vision": ["alice"], "nlp": ["bob"]},
+                        "startTimeout": 600,
+                    },
                     "auth": {"type": "dev", "dev": {"userPassword": PASSWORD}},
                     "teams": [
                         {
