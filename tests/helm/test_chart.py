@@ -20,7 +20,7 @@ import yaml
 
 from aviflow.k8s import rbac
 from aviflow_hub.chart import CHART_OWNED, generated
-from aviflow_hub.config import HubConfig
+from aviflow_hub.config import CONFIG_ENV, HubConfig
 from aviflow_hub.kube_spawner import HUB_RULES
 from aviflow_hub.settings import API_TOKEN_ENV, external_service_environment, hub_settings
 
@@ -320,6 +320,11 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     hub_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in hub_c["env"]}
     api_env = {e["name"]: e.get("value", e.get("valueFrom")) for e in api_c["env"]}
     assert hub_env[API_TOKEN_ENV] == token_ref and api_env.pop("JUPYTERHUB_API_TOKEN") == token_ref
+    # the hub reads the config the Secret mounts (aviflow-api is told with --config)
+    assert (
+        hub_env[CONFIG_ENV] == "/etc/aviflow/hub.yaml"
+        and api_c["command"][-1] == hub_env[CONFIG_ENV]
+    )
     # aviflow-api gets what the hub gives a service it starts itself
     assert api_env == external_service_environment(
         hub_config_of(docs), "http://aviflow-hub:8081", "http://0.0.0.0:8088"
