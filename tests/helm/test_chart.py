@@ -415,3 +415,30 @@ def test_network_policies(render: Render) -> None:
     assert [
         d for d in render(values={"networkPolicy": False}) if d["kind"] == "NetworkPolicy"
     ] == []
+
+
+def notes(helm: Path, tmp_path: Path, values: dict[str, Any]) -> str:
+    """What ``helm install`` prints after installing (NOTES.txt), without a cluster."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    argv = [str(helm), "install", "av", str(CHART), "-n", "ml", "--dry-run=client", "-f", str(path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("NOTES:\n", 1)[1]
+
+
+def test_the_install_notes_say_where_to_log_in_and_what_is_missing(
+    helm: Path, tmp_path: Path
+) -> None:
+    teams = [
+        {"name": "vision", "groups": ["vision"], "queue": "vq", "gpuQuota": 0, "cohort": "hgx"},
+        {"name": "nlp", "groups": ["nlp"], "queue": "nq"},
+    ]
+    text = notes(helm, tmp_path, {"teams": teams, "proxy": {"port": 8443}})
+    assert "kubectl -n ml get svc av-proxy-public    # EXTERNAL-IP, port 8443" in text
+    assert "kubectl -n ml port-forward svc/av-proxy-public 8080:8443" in text
+    assert "  vision: queue vq, 0 GPUs, cohort hgx\n  nlp: queue nq, 8 GPUs\n" in text
+    assert 'WARNING: auth.type is "dev"' in text
+    assert "No teams yet" not in text
+    empty = notes(helm, tmp_path, {})
+    assert "No teams yet, so nobody can submit a job" in empty
