@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests" / d) for d in ("cluster", "k8s", "images")]
 
 from aviflow_images import trainer_images_entry  # noqa: E402
-from aviflow_pool import run_store_volume  # noqa: E402
+from aviflow_pool import hostpath_storage, run_store_volume  # noqa: E402
 
 from aviflow_testcluster import Cluster, _build  # noqa: E402
 
@@ -95,36 +95,13 @@ def storage(volumes: Path) -> list[dict[str, Any]]:
     """The run store and the state volumes, as a provisioner would make them (owned by the
     images' uid 1000)."""
     runs = volumes / "runs"
-    paths = [runs, *(volumes / f"state-{i}" for i in range(STATE_VOLUMES))]
-    for path in paths:
-        path.mkdir(parents=True, exist_ok=True)
-        os.chown(path, 1000, 1000)
-    objs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": STATE_CLASS},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-        },
+    runs.mkdir(parents=True, exist_ok=True)
+    os.chown(runs, 1000, 1000)
+    state = [volumes / f"state-{i}" for i in range(STATE_VOLUMES)]
+    return [
+        *hostpath_storage(STATE_CLASS, state),
         *run_store_volume(NAMESPACE, str(runs), f"{NAMESPACE}-runs"),
     ]
-    for i, path in enumerate(paths[1:]):
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"{STATE_CLASS}-{i}"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": STATE_CLASS,
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": str(path), "type": "Directory"},
-                },
-            }
-        )
-    return objs
 
 
 def main() -> int:

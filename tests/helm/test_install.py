@@ -30,7 +30,7 @@ import requests
 import yaml
 from aviflow_images import own_cluster, trainer_images_entry
 from aviflow_kernel import run_in_kernel
-from aviflow_pool import run_store_volume
+from aviflow_pool import hostpath_storage, run_store_volume
 
 from aviflow_testcluster import Cluster, wait_for
 
@@ -109,39 +109,6 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
         assert done.returncode == 0, done.stderr
         lines = done.stdout.strip().splitlines()
         assert len(lines) == len(docs) and all("(server dry run)" in line for line in lines), lines
-
-
-def hostpath_storage(cluster: Cluster, name: str, paths: list[Path]) -> None:
-    """A StorageClass ``name`` with one 1Gi hostPath PersistentVolume per path, each owned
-    by uid 1000 as a provisioner's volume for the images' user would be (the claims of the
-    hub's database, aviflow-api's ledger and a user's home bind to them)."""
-    objs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-        }
-    ]
-    for i, path in enumerate(paths):
-        path.mkdir(parents=True)
-        os.chown(path, 1000, 1000)
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"{name}-{i}"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": name,
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": str(path), "type": "Directory"},
-                },
-            }
-        )
-    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs))
 
 
 class User:
@@ -238,7 +205,9 @@ def test_install_upgrade_rollback_uninstall(
         input="\n---\n".join(json.dumps(o) for o in run_store_volume(ns, str(runs), f"{ns}-runs")),
     )
     storage = f"{ns}-state"
-    hostpath_storage(cluster, storage, [tmp_path / "pv" / k for k in ("hub", "api", "home")])
+    # the claims of the hub's database, aviflow-api's ledger and alice's home bind to these
+    volumes = hostpath_storage(storage, [tmp_path / "pv" / k for k in ("hub", "api", "home")])
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in volumes))
 
     def image(ref: str) -> dict[str, str]:
         repository, tag = ref.rsplit(":", 1)

@@ -141,19 +141,15 @@ def run_store_volume(namespace: str, root: str, name: str) -> list[dict[str, Any
     ]
 
 
-def home_storage(api: Any, name: str, path: Path) -> None:
-    """A StorageClass ``name`` and one hostPath PersistentVolume over ``path`` for a
-    KubeSpawner user's home PVC (delete both by ``name`` afterwards). ``path`` belongs to
-    uid 1000, the notebook image's user, as a provisioner's volume would (the kubelet does
-    not apply ``fsGroup`` to hostPath volumes)."""
+def hostpath_storage(name: str, paths: list[Path]) -> list[dict[str, Any]]:
+    """A StorageClass ``name`` and one 1Gi ReadWriteOnce hostPath PersistentVolume per path
+    (named ``name``, or ``name-<i>`` for several), for claims such as a KubeSpawner user's
+    home or the chart's state. Each path is created and owned by uid 1000, the images' user,
+    as a provisioner's volume would be (the kubelet does not apply ``fsGroup`` to hostPath
+    volumes)."""
     import os
 
-    from kubernetes import client
-
-    path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, 1000, 1000)
-
-    client.StorageV1Api(api).create_storage_class(
+    objs: list[dict[str, Any]] = [
         {
             "apiVersion": "storage.k8s.io/v1",
             "kind": "StorageClass",
@@ -161,21 +157,35 @@ def home_storage(api: Any, name: str, path: Path) -> None:
             "provisioner": "kubernetes.io/no-provisioner",
             "volumeBindingMode": "Immediate",
         }
-    )
-    client.CoreV1Api(api).create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": name,
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
-            },
-        }
-    )
+    ]
+    for i, path in enumerate(paths):
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, 1000, 1000)
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name if len(paths) == 1 else f"{name}-{i}"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": name,
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(path), "type": "Directory"},
+                },
+            }
+        )
+    return objs
+
+
+def home_storage(api: Any, name: str, path: Path) -> None:
+    """:func:`hostpath_storage` with one volume over ``path``, created through ``api`` (delete
+    the StorageClass and the PersistentVolume by ``name`` afterwards)."""
+    from kubernetes import client
+
+    storage_class, volume = hostpath_storage(name, [path])
+    client.StorageV1Api(api).create_storage_class(storage_class)
+    client.CoreV1Api(api).create_persistent_volume(volume)
 
 
 class Pool:
