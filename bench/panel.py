@@ -1,7 +1,7 @@
 """What a panel refresh and a job listing cost as history grows, as ratios measured in one run.
 
 1. **Panel refresh**: what the panel's poller does each tick once it is running (read the
-   job through :class:`~aviflow_magics._snapshot.SnapshotReader`, render header, ranks,
+   job through :class:`~aviflow.views.snapshot.SnapshotReader`, render header, ranks,
    charts, log tail and checkpoints), after one new metric row, for a job with 10 and with
    10,000 logged rows. Target: ratio (10,000 / 10) <= 1.5: a refresh costs what changed,
    not the job's history. The baseline is a refresh that re-reads everything (a new reader
@@ -33,13 +33,15 @@ from aviflow.job import Job
 from aviflow.records import Event, EventType, JobState, JobStatus, MetricRow
 from aviflow.spec import TrainJob
 from aviflow.store import CHECKPOINT_MARKER, append_line, atomic_write
-from aviflow_magics._snapshot import JobSnapshot, SnapshotReader
+from aviflow.views.sections import (
+    charts_html,
+    checkpoints_html,
+    header_html,
+    log_html,
+    ranks_html,
+)
+from aviflow.views.snapshot import JobSnapshot, SnapshotReader
 from aviflow_magics._table import jobs_table
-from aviflow_magics.widgets.chart import charts_html
-from aviflow_magics.widgets.checkpoints import checkpoints_html
-from aviflow_magics.widgets.header import header_html
-from aviflow_magics.widgets.logs import log_html
-from aviflow_magics.widgets.ranks import ranks_html
 
 TARGET = 1.5
 SPEC = TrainJob.from_dict(

@@ -2,7 +2,7 @@
 
 At most ``max_updates_per_second`` snapshots leave per second (and never faster than one
 per ``interval``); once the job has finished, one last snapshot is sent and the thread
-ends. Reads are incremental (:class:`~aviflow_magics._snapshot.SnapshotReader`).
+ends. Reads are incremental (:class:`~aviflow.views.snapshot.SnapshotReader`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from aviflow.errors import JobNotFound
 from aviflow.job import Job
-from aviflow_magics._snapshot import JobSnapshot, SnapshotReader
+from aviflow.views.snapshot import JobSnapshot, SnapshotReader
 
 MAX_BACKOFF = 10.0
 _active: weakref.WeakSet[Poller] = weakref.WeakSet()

@@ -8,7 +8,7 @@ from typing import Any
 
 from aviflow.backends import Backend
 from aviflow.records import JobSummary
-from aviflow_magics.widgets._html import badge, duration, esc
+from aviflow.views.html import badge, duration, esc
 
 COLUMNS = ("id", "name", "state", "GPUs", "submitted", "elapsed", "GPU-h", "origin")
 

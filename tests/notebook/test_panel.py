@@ -14,10 +14,10 @@ from typing import Any
 import ipywidgets as w
 
 from aviflow.records import FailureInfo, JobState
+from aviflow.views.sections import MAX_POINTS, downsample
 from aviflow_magics._job import NotebookJob
 from aviflow_magics._poller import Poller
 from aviflow_magics.widgets.cancel import CancelButton
-from aviflow_magics.widgets.chart import MAX_POINTS, downsample
 from aviflow_magics.widgets.panel import JobPanel
 
 
@@ -230,7 +230,7 @@ def test_attach_replays_a_finished_job(comms, shell, make_job) -> None:
 
 
 def test_series_buffer_stays_bounded_and_keeps_ends_and_spikes() -> None:
-    from aviflow_magics._snapshot import SeriesBuffer
+    from aviflow.views.snapshot import SeriesBuffer
 
     buf = SeriesBuffer(300)
     for step in range(1, 200_001):
@@ -247,7 +247,7 @@ def test_series_buffer_stays_bounded_and_keeps_ends_and_spikes() -> None:
 
 
 def test_a_restarted_attempt_relogging_steps_replaces_them() -> None:
-    from aviflow_magics._snapshot import SeriesBuffer
+    from aviflow.views.snapshot import SeriesBuffer
 
     buf = SeriesBuffer(300)
     for step in range(1, 51):
@@ -259,7 +259,7 @@ def test_a_restarted_attempt_relogging_steps_replaces_them() -> None:
 
 def test_each_refresh_reads_only_what_changed(comms, make_job, local_backend) -> None:
     from aviflow.records import MetricRow
-    from aviflow_magics._snapshot import SnapshotReader
+    from aviflow.views.snapshot import SnapshotReader
 
     job = make_job(JobState.RUNNING, metrics=1000)
     calls: list[tuple[str, int]] = []

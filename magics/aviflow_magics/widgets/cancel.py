@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from aviflow_magics._snapshot import JobSnapshot
+from aviflow.views.snapshot import JobSnapshot
 from aviflow_magics.widgets._sync import hold_sync_all
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,8 +9,8 @@ import ipywidgets as w
 
 from aviflow.errors import AviflowError
 from aviflow.records import CheckpointRef
-from aviflow_magics._snapshot import JobSnapshot
-from aviflow_magics.widgets._html import esc
+from aviflow.views.sections import checkpoints_html
+from aviflow.views.snapshot import JobSnapshot
 from aviflow_magics.widgets._sync import hold_sync_all
 
 PathResolver = Callable[[CheckpointRef], Path]
@@ -29,21 +28,6 @@ def load_snippet(ref: CheckpointRef, path: Path | None, problem: str = "") -> st
         "# build model and optimizer as in the training cell, then:\n"
         "model, optimizer = accelerator.prepare(model, optimizer)\n"
         f"accelerator.load_state({str(path)!r})\n"
-    )
-
-
-def checkpoints_html(snap: JobSnapshot) -> str:
-    if not snap.checkpoints:
-        return "<div class='aviflow-checkpoints' style='color:#6b7280;font-size:12px'>no checkpoints yet</div>"
-    rows = "".join(
-        f"<tr class='aviflow-checkpoint' data-step='{c.step}'><td>{c.step}</td>"
-        f"<td>{c.attempt if c.attempt is not None else ''}</td>"
-        f"<td>{esc(time.strftime('%H:%M:%S', time.localtime(c.time)) if c.time else '')}</td></tr>"
-        for c in snap.checkpoints
-    )
-    return (
-        "<table class='aviflow-checkpoints' style='font-size:12px'><tr><th>step</th><th>attempt</th>"
-        f"<th>saved</th></tr>{rows}</table>"
     )
 
 

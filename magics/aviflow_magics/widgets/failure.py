@@ -4,20 +4,8 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from aviflow.records import FailureInfo
-from aviflow_magics._snapshot import JobSnapshot
-from aviflow_magics.widgets._html import esc
-
-
-def failure_html(failure: FailureInfo) -> str:
-    where, what, trace = failure.where(), failure.what(), failure.detail()
-    return (
-        "<div class='aviflow-failure' style='border-left:4px solid #b91c1c;background:#fef2f2;"
-        "padding:4px 8px'>"
-        f"<b>First failure: {esc(where)}</b> &mdash; {esc(what)}"
-        f"<pre style='max-height:240px;overflow:auto;font-size:11px;margin:4px 0'>{esc(trace)}</pre>"
-        "</div>"
-    )
+from aviflow.views.sections import failure_html
+from aviflow.views.snapshot import JobSnapshot
 
 
 class FailureBox(w.HTML):

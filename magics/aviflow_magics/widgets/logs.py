@@ -7,22 +7,11 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from aviflow_magics._snapshot import JobSnapshot
-from aviflow_magics.widgets._html import esc
+from aviflow.views.sections import log_html
+from aviflow.views.snapshot import JobSnapshot
 
 ALL = -1
-MAX_CHARS = 64_000
 LogReader = Callable[[int | None, int], str]
-
-
-def log_html(text: str) -> str:
-    if len(text) > MAX_CHARS:
-        text = "…" + text[-MAX_CHARS:]
-    body = esc(text) if text else "<span style='color:#9ca3af'>(no output yet)</span>"
-    return (
-        "<pre class='aviflow-log' style='max-height:220px;overflow:auto;font-size:11px;"
-        f"background:#f9fafb;margin:0;padding:4px'>{body}</pre>"
-    )
 
 
 class LogViewer(w.VBox):

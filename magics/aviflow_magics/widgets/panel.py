@@ -11,9 +11,9 @@ import threading
 import ipywidgets as w
 
 from aviflow.job import Job
+from aviflow.views.html import esc
+from aviflow.views.snapshot import JobSnapshot
 from aviflow_magics._poller import Poller
-from aviflow_magics._snapshot import JobSnapshot
-from aviflow_magics.widgets._html import esc
 from aviflow_magics.widgets._sync import hold_sync_all
 from aviflow_magics.widgets.cancel import CancelButton
 from aviflow_magics.widgets.chart import MetricChart

@@ -1,4 +1,4 @@
-"""Small HTML helpers shared by the widgets (escaping, badges, durations)."""
+"""Small HTML helpers shared by every job view (escaping, badges, durations)."""
 
 from __future__ import annotations
 
