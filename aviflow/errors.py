@@ -70,6 +70,12 @@ class BackendError(AviflowError):
     http_status = 409
 
 
+class BackendUnavailable(BackendError):
+    """The backend cannot be reached now (aviflow-api down or restarting); try again later."""
+
+    http_status = 503
+
+
 class AccessDenied(BackendError, PermissionError):
     """The caller may not do this (a token without the scope, another team's queue)."""
 
@@ -78,7 +84,15 @@ class AccessDenied(BackendError, PermissionError):
 
 WIRE_ERRORS: dict[str, type[AviflowError]] = {
     cls.__name__: cls
-    for cls in (AviflowError, SpecError, RequestError, JobNotFound, BackendError, AccessDenied)
+    for cls in (
+        AviflowError,
+        SpecError,
+        RequestError,
+        JobNotFound,
+        BackendError,
+        BackendUnavailable,
+        AccessDenied,
+    )
 }
 
 
@@ -88,7 +102,9 @@ def from_wire(body: Mapping[str, Any], status: int, fallback: str = "") -> Avifl
     message = str(body.get("message") or fallback or f"HTTP {status}")
     cls = WIRE_ERRORS.get(str(body.get("error")))
     if cls is None:
-        cls = {404: JobNotFound, 403: AccessDenied, 400: RequestError}.get(status, BackendError)
+        cls = {404: JobNotFound, 403: AccessDenied, 400: RequestError}.get(status)
+        if cls is None:
+            cls = BackendUnavailable if status in (502, 503, 504) else BackendError
     if cls is SpecError:
         problems = body.get("problems")
         if isinstance(problems, list) and problems and all(isinstance(p, str) for p in problems):

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
-from aviflow.errors import BackendError, from_wire
+from aviflow.errors import BackendError, BackendUnavailable, from_wire
 from aviflow.records import (
     Batch,
     CheckpointRef,
@@ -106,7 +106,13 @@ class HubBackend(Backend):
                 payload, exc.code, f"aviflow-api refused {method} {path} ({exc.code} {exc.reason})"
             ) from None
         except urllib.error.URLError as exc:
-            raise BackendError(f"cannot reach aviflow-api at {self.base}: {exc.reason}") from None
+            raise BackendUnavailable(
+                f"cannot reach aviflow-api at {self.base}: {exc.reason}"
+            ) from None
+        except (TimeoutError, ConnectionError) as exc:
+            raise BackendUnavailable(
+                f"aviflow-api at {self.base} did not answer {method} {path}: {exc}"
+            ) from None
 
     def _job(self, job_id: str, part: str = "", **query: Any) -> Any:
         path = f"jobs/{quote(job_id, safe='')}" + (f"/{part}" if part else "")
