@@ -10,6 +10,7 @@ from aviflow.errors import (
     AccessDenied,
     AviflowError,
     BackendError,
+    BackendUnavailable,
     JobNotFound,
     RequestError,
     SpecError,
@@ -110,6 +111,7 @@ def test_failure_wording():
         (JobNotFound("no job 'x'"), 404),
         (AccessDenied("this token lacks the scope custom:aviflow:submit"), 403),
         (BackendError("queue 'vision' has a quota of 2"), 409),
+        (BackendUnavailable("cannot reach aviflow-api at http://x/"), 503),
     ],
 )
 def test_errors_cross_the_wire_as_the_same_class(error, status):
@@ -122,6 +124,8 @@ def test_errors_cross_the_wire_as_the_same_class(error, status):
 def test_an_error_body_without_a_known_class_maps_by_status():
     assert type(from_wire({}, 404)) is JobNotFound
     assert type(from_wire({"error": "Weird"}, 403)) is AccessDenied
-    assert type(from_wire({"message": "x"}, 502)) is BackendError
+    assert type(from_wire({"message": "x"}, 409)) is BackendError
+    for unavailable in (502, 503, 504):  # a proxy in front of a service that is down
+        assert type(from_wire({"message": "x"}, unavailable)) is BackendUnavailable
     assert isinstance(from_wire({}, 500, "boom"), AviflowError)
     assert str(from_wire({}, 500, "boom")) == "boom"
