@@ -9,11 +9,14 @@ reads what changed since the last one; metric series are kept downsampled as the
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from aviflow.attempts import finished_at, usage_from_events
+from aviflow.backends.base import Backend
 from aviflow.job import Job
 from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
 from aviflow.spec import TrainJob
@@ -258,3 +261,33 @@ class SnapshotReader:
 def take_snapshot(job: Job, now: float | None = None) -> JobSnapshot:
     """Everything the panel shows, read once (a fresh reader)."""
     return SnapshotReader(job).read(now)
+
+
+class SnapshotReaders:
+    """A :class:`SnapshotReader` per recently viewed job (the ``kept`` last ones), for views
+    that many requests read again (a page reload, a browser tab polling): each read of a kept
+    job reads only what changed. Safe to share between threads; one job is read by one
+    thread at a time."""
+
+    def __init__(self, kept: int = 32) -> None:
+        self.kept = kept
+        self._lock = threading.Lock()
+        self._readers: OrderedDict[str, tuple[threading.Lock, SnapshotReader]] = OrderedDict()
+
+    def read(self, backend: Backend, job_id: str, now: float | None = None) -> JobSnapshot:
+        with self._lock:
+            found = self._readers.get(job_id)
+            if found is None or found[1].job.backend is not backend:
+                found = (threading.Lock(), SnapshotReader(Job(job_id, backend)))
+                self._readers[job_id] = found
+                while len(self._readers) > self.kept:
+                    self._readers.popitem(last=False)
+            self._readers.move_to_end(job_id)
+        lock, reader = found
+        with lock:
+            return reader.read(now)
+
+    def forget(self, job_id: str) -> None:
+        """Drop the job's reader (it vanished or failed to read: the next read starts afresh)."""
+        with self._lock:
+            self._readers.pop(job_id, None)

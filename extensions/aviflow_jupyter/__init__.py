@@ -10,10 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aviflow_jupyter.handlers import routes
-from aviflow_jupyter.reads import JobReads
-from aviflow_jupyter.welcome import write_example
-
 LABEXTENSION = "aviflow-jupyterlab"
 
 
@@ -27,6 +23,10 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_core.paths import jupyter_data_dir
+
+    from aviflow_jupyter.handlers import routes
+    from aviflow_jupyter.reads import JobReads
+    from aviflow_jupyter.welcome import write_example
 
     reads = JobReads()
     web_app = serverapp.web_app

@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,9 +21,8 @@ from typing import Any, TypeVar
 from aviflow.backends import get_backend
 from aviflow.backends.base import Backend
 from aviflow.errors import AviflowError, BackendError, JobNotFound
-from aviflow.job import Job
 from aviflow.views.sections import sections_html, snapshot_dict
-from aviflow.views.snapshot import SnapshotReader
+from aviflow.views.snapshot import SnapshotReaders
 from aviflow_jupyter.feed import Changes, JobFeed
 
 T = TypeVar("T")
@@ -57,8 +54,7 @@ class JobReads:
         self._list_lock = asyncio.Lock()
         self._listed_at = 0.0
         self._listed_error: AviflowError | None = None
-        self._readers: OrderedDict[str, tuple[threading.Lock, SnapshotReader]] = OrderedDict()
-        self._readers_lock = threading.Lock()
+        self._readers = SnapshotReaders(READERS_KEPT)
 
     # -- plumbing --------------------------------------------------------------------------------
     @property
@@ -109,22 +105,9 @@ class JobReads:
         return [q.to_dict() for q in await self._run(lambda: self.backend.queues())]
 
     # -- one job ---------------------------------------------------------------------------------
-    def _reader(self, job_id: str) -> tuple[threading.Lock, SnapshotReader]:
-        with self._readers_lock:
-            found = self._readers.get(job_id)
-            if found is None:
-                found = (threading.Lock(), SnapshotReader(Job(job_id, self.backend)))
-                self._readers[job_id] = found
-                while len(self._readers) > READERS_KEPT:
-                    self._readers.popitem(last=False)
-            self._readers.move_to_end(job_id)
-            return found
-
     def _view(self, job_id: str) -> dict[str, Any]:
         self._check_mine(job_id)
-        lock, reader = self._reader(job_id)
-        with lock:
-            snap = reader.read()
+        snap = self._readers.read(self.backend, job_id)
         return {"job": snapshot_dict(snap), "html": sections_html(snap)}
 
     def _check_mine(self, job_id: str) -> None:
@@ -136,8 +119,7 @@ class JobReads:
         try:
             return await self._run(self._view, job_id)
         except AviflowError:
-            with self._readers_lock:  # a job that vanished or failed to read starts afresh
-                self._readers.pop(job_id, None)
+            self._readers.forget(job_id)
             raise
 
     async def log(

@@ -27,7 +27,7 @@ from aviflow_hub.config import HubConfig
 from aviflow_hub.openapi import _document, operations
 from aviflow_hub.service.app import make_app
 from aviflow_hub.service.base import wire_error
-from aviflow_hub.service.pages import job_rows
+from aviflow_hub.service.page_html import job_rows
 from aviflow_hub.service.params import MAX_CURSOR, check_job_id, parse_int
 from aviflow_hub.service.queues import queue_quotas
 from aviflow_hub.service.submission import (

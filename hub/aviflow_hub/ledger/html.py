@@ -11,6 +11,12 @@ _TITLES = {
     "day": "GPU-hours by day (UTC)",
     "week": "GPU-hours by ISO week",
 }
+# The look of aviflow-api's pages: the report's, which the job pages extend.
+REPORT_CSS = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+    "td:first-child,th:first-child{text-align:left}"
+)
 
 
 def bar_chart(rows: list[dict[str, Any]], width: int = 560, bar: int = 18) -> str:
@@ -65,9 +71,7 @@ def render_report(
         )
     return (
         '<!doctype html><html><head><meta charset="utf-8"><title>Aviflow usage</title>'
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
-        "td:first-child,th:first-child{text-align:left}</style></head><body>"
+        f"<style>{REPORT_CSS}</style></head><body>"
         f"<h1>Aviflow GPU usage</h1><p>Viewer: {escape(viewer)} &middot; scope: {escape(scope)}"
         f" &middot; generated {escape(generated)}</p>{''.join(blocks)}</body></html>"
     )

@@ -7,8 +7,9 @@ and the service URL in the environment.
 The service builds its backend from the config (``api.backend`` and its section), starts it,
 and follows its change feed into the ledger every ``api.ingestEvery`` seconds
 (:class:`~aviflow_hub.service.ingest.Ingest`); request handlers only read. Handlers, one
-module per concern: :mod:`.jobs`, :mod:`.parts`, :mod:`.queues`, :mod:`.pages`; shared
-authentication, errors and parameters in :mod:`.base` and :mod:`.params`.
+module per concern: :mod:`.jobs`, :mod:`.parts`, :mod:`.queues`, :mod:`.pages` (their HTML in
+:mod:`.page_html`); shared authentication, errors and parameters in :mod:`.base` and
+:mod:`.params`.
 """
 
 from __future__ import annotations
@@ -25,13 +26,20 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from tornado.ioloop import PeriodicCallback
 from tornado.web import Application
 
+from aviflow.views.snapshot import SnapshotReaders
 from aviflow_hub.config import load_config
 from aviflow_hub.ledger.store import Ledger
 from aviflow_hub.service.base import NotFound
 from aviflow_hub.service.context import ServiceContext, make_backend
 from aviflow_hub.service.ingest import Ingest
 from aviflow_hub.service.jobs import CancelHandler, JobHandler, JobsHandler
-from aviflow_hub.service.pages import CancelForm, HomePage, OpenApiHandler, ReportPage
+from aviflow_hub.service.pages import (
+    CancelForm,
+    HomePage,
+    JobPage,
+    OpenApiHandler,
+    ReportPage,
+)
 from aviflow_hub.service.parts import PARTS, JobPartHandler, LogHandler
 from aviflow_hub.service.queues import ImagesHandler, MetricsHandler, QueuesHandler, UsageHandler
 
@@ -57,6 +65,7 @@ def make_app(ctx: ServiceContext) -> Application:
         (prefix + "report", ReportPage, kw),
         (prefix + "metrics", MetricsHandler, kw),
         (prefix + "oauth_callback", OAuthCallback, kw),
+        (prefix + rf"jobs/{_ID}", JobPage, {**kw, "readers": SnapshotReaders()}),
         (prefix + rf"jobs/{_ID}/cancel", CancelForm, kw),
         (api + "openapi.json", OpenApiHandler, kw),
         (api + "jobs", JobsHandler, kw),

@@ -1,70 +1,110 @@
-"""Browser pages (the caller's jobs with cancel forms, the usage report) and the OpenAPI
-document. Pages read the ledger only, and everything they show is escaped."""
+"""Browser pages (the job list with queue bars, a page per job, the usage report) and the
+OpenAPI document. The job list reads the ledger; a job's page reads the job through the
+backend, as the notebook panel does. The HTML is :mod:`.page_html`'s (everything escaped);
+errors are pages too (a job the caller may not see is a 404, as in the API)."""
 
 from __future__ import annotations
 
 import json
 import time
 from datetime import UTC, datetime
-from html import escape
+from typing import Any
 
+from aviflow.backends.base import Backend
 from aviflow.errors import AccessDenied
-from aviflow.records import JobSummary
+from aviflow.views.snapshot import SnapshotReaders
 from aviflow_hub.ledger.html import render_report
 from aviflow_hub.ledger.reports import GROUPINGS, usage_report
 from aviflow_hub.openapi import openapi_document
-from aviflow_hub.service.base import BaseHandler, JsonErrors
+from aviflow_hub.service.base import BaseHandler, JsonErrors, wire_error
 from aviflow_hub.service.context import ServiceContext
-from aviflow_hub.service.queues import scope_words
+from aviflow_hub.service.page_html import error_page_html, home_html, job_page_html, job_url
+from aviflow_hub.service.queues import read_quotas, scope_words
 
 HOME_LIMIT = 500  # newest jobs on the page; the API lists all
+LOG_TAIL_LINES = 200
+MAX_LOG_RANKS = 8  # ranks whose log a job page shows
+READERS_KEPT = 32
 
 
 class PageHandler(BaseHandler):
-    """Browser pages: anonymous visitors are sent through the hub's OAuth login."""
+    """Browser pages: anonymous visitors are sent through the hub's OAuth login; errors are
+    pages."""
 
     def on_anonymous(self) -> None:
         self.redirect(self.get_login_url())
 
-
-def job_rows(jobs: list[JobSummary], base: str, xsrf: str) -> str:
-    """One table row per job; unfinished ones get a cancel form (pure)."""
-    rows = []
-    for s in jobs:
-        form = ""
-        if not s.state.is_finished():
-            form = (
-                f'<form method="post" action="{escape(base)}jobs/{escape(s.id)}/cancel">'
-                f'<input type="hidden" name="_xsrf" value="{escape(xsrf)}">'
-                '<button type="submit">Cancel</button></form>'
-            )
-        cells = (s.id, s.name, s.user, s.queue, s.state.value, f"{s.gpu_seconds / 3600:.3f}")
-        rows.append(
-            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + f"<td>{form}</td></tr>"
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        status, body = wire_error(exc, status_code, self._reason)
+        self.set_status(status)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(
+            error_page_html(status, body["error"], body["message"], self.ctx.hub_auth.base_url)
         )
-    return "".join(rows)
 
 
 class HomePage(PageHandler):
-    """Your jobs, each unfinished one with a cancel form (XSRF-protected)."""
+    """The caller's queues and the jobs they may see, each unfinished one with a cancel form
+    (XSRF-protected)."""
 
     async def get(self) -> None:
         if self._principal is None:
             return
         self.require_scope("read")
-        jobs = await self.ctx.run(self.ctx.ledger.summaries, HOME_LIMIT, self.visibility())
-        p, base = self.principal, self.ctx.hub_auth.base_url
-        head = "".join(
-            f"<th>{h}</th>" for h in ("job", "name", "user", "queue", "state", "GPU-hours", "")
-        )
+        p, cfg, ledger, now = self.principal, self.ctx.cfg, self.ctx.ledger, time.time()
+        seen = self.visibility()
+        jobs = await self.ctx.run(lambda: ledger.summaries(HOME_LIMIT, seen, now=now))
+        quotas = await self.ctx.run(read_quotas, ledger, p, cfg)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
-            '<!doctype html><html><head><meta charset="utf-8"><title>Aviflow jobs</title></head><body>'
-            f"<h1>Aviflow jobs of {escape(p.name)}</h1>"
-            f'<p><a href="{escape(base)}report">Usage report</a> &middot; '
-            f'<a href="{escape(base)}api/v1/openapi.json">API (OpenAPI)</a></p>'
-            f"<table><tr>{head}</tr>{job_rows(jobs, base, self.xsrf_token.decode())}</table>"
-            "</body></html>"
+            home_html(
+                viewer=p.name,
+                scope=scope_words(p, cfg),
+                quotas=quotas,
+                jobs=jobs,
+                base=self.ctx.hub_auth.base_url,
+                xsrf=self.xsrf_token.decode(),
+                now=now,
+            )
+        )
+
+
+def read_logs(backend: Backend, job_id: str) -> tuple[list[tuple[int, str]], int]:
+    """The last lines of the first :data:`MAX_LOG_RANKS` ranks' logs, and how many ranks
+    have a log."""
+    ranks = backend.ranks(job_id)
+    logs = [
+        (rank, backend.log(job_id, rank, tail=LOG_TAIL_LINES).text)
+        for rank in ranks[:MAX_LOG_RANKS]
+    ]
+    return logs, len(ranks)
+
+
+class JobPage(PageHandler):
+    """One job as the notebook panel shows it, with its logs and a cancel form."""
+
+    def initialize(self, ctx: ServiceContext, readers: SnapshotReaders) -> None:  # type: ignore[override]
+        super().initialize(ctx)
+        self.readers = readers
+
+    async def get(self, job_id: str) -> None:
+        if self._principal is None:
+            return
+        summary = await self.job_ref(job_id, "read")
+        b = self.ctx.backend
+        snap = await self.ctx.run(self.readers.read, b, job_id)
+        logs, total = await self.ctx.run(read_logs, b, job_id)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(
+            job_page_html(
+                snap,
+                summary,
+                logs,
+                total,
+                base=self.ctx.hub_auth.base_url,
+                xsrf=self.xsrf_token.decode(),
+            )
         )
 
 
@@ -93,8 +133,10 @@ class CancelForm(PageHandler):
         if self._principal is None:
             return
         await self.job_ref(job_id, "cancel")
-        await self.ctx.run(self.ctx.backend.cancel, job_id)
-        self.redirect(self.ctx.hub_auth.base_url)
+        await self.ctx.run(self.ctx.backend.cancel, job_id, self.principal.name)
+        base = self.ctx.hub_auth.base_url
+        back = self.get_body_argument("back", "")
+        self.redirect(job_url(base, job_id) if back == "job" else base)
 
     def on_anonymous(self) -> None:
         raise AccessDenied("log in, and post the form with its _xsrf token")

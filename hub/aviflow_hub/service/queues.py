@@ -24,6 +24,7 @@ from aviflow_hub.authz import Principal
 from aviflow_hub.config import HubConfig
 from aviflow_hub.ledger.metrics import registry_for
 from aviflow_hub.ledger.reports import GROUPINGS, attempts_csv, to_csv, usage_report
+from aviflow_hub.ledger.store import Ledger
 from aviflow_hub.service.base import BaseHandler
 
 USAGE_BY = (*GROUPINGS, "attempt")
@@ -56,11 +57,15 @@ def queue_quotas(p: Principal, cfg: HubConfig, unfinished: list[JobSummary]) -> 
     return out
 
 
+def read_quotas(ledger: Ledger, p: Principal, cfg: HubConfig) -> list[QueueQuota]:
+    """:func:`queue_quotas` from the ledger's unfinished jobs (blocks: run it in the pool)."""
+    return queue_quotas(p, cfg, ledger.summaries(unfinished=True))
+
+
 class QueuesHandler(BaseHandler):
     async def get(self) -> None:
         self.require_scope("read")
-        unfinished = await self.ctx.run(lambda: self.ctx.ledger.summaries(unfinished=True))
-        quotas = queue_quotas(self.principal, self.ctx.cfg, unfinished)
+        quotas = await self.ctx.run(read_quotas, self.ctx.ledger, self.principal, self.ctx.cfg)
         self.send_json({"queues": [q.to_dict() for q in quotas]})
 
 

@@ -1,0 +1,233 @@
+"""aviflow-api's browser pages as HTML: pure functions of records, no scripts, no external assets.
+
+The job list (:func:`home_html`) shows what the JupyterLab sidebar shows: each queue as a bar
+(GPUs in use and borrowed against the nominal quota, jobs waiting) and each job with its
+status badge, queue position and reason, first failing rank, size, elapsed time and
+GPU-hours. The job page (:func:`job_page_html`) is the notebook panel's own rendering
+(:func:`aviflow.views.sections.sections_html`) plus each rank's last log lines. Badges,
+durations and sections come from :mod:`aviflow.views`; the look is the usage report's
+(:data:`aviflow_hub.ledger.html.REPORT_CSS`). Everything interpolated is escaped.
+
+>>> from aviflow.records import QueueQuota
+>>> queue_bar(QueueQuota("qa", gpu_quota=4, gpus_in_use=1, team="a"))[:40]
+'<div class="queue" data-queue="qa"><b>a<'
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from html import escape
+from urllib.parse import quote
+
+from aviflow.records import JobState, JobSummary, QueueQuota
+from aviflow.views.html import badge, duration
+from aviflow.views.sections import log_html, sections_html
+from aviflow.views.snapshot import JobSnapshot
+from aviflow_hub.ledger.html import REPORT_CSS
+
+PAGE_CSS = REPORT_CSS + (
+    "table.jobs td{text-align:left;vertical-align:top}table.jobs td.num{text-align:right}"
+    ".detail{font-size:12px;color:#4b5563;max-width:36em}.detail.failed{color:#b91c1c}"
+    "code{font-size:12px;color:#4b5563}nav{margin:0 0 1em}form{margin:0}"
+    ".queue{margin:4px 0}.bar{display:inline-block;width:320px;height:14px;"
+    "background:#e5e7eb;border-radius:3px;overflow:hidden;vertical-align:middle;margin:0 8px}"
+    ".bar span{display:inline-block;height:100%}.bar .used{background:#4c78a8}"
+    ".bar .borrowed{background:#f58518}section{margin:1.2em 0}h2{font-size:1.1em}"
+    "h3{font-size:.95em;margin:.6em 0 .2em}"
+)
+MAX_PENDING_SHOWN = 10
+
+
+def page_html(title: str, body: str) -> str:
+    """A whole page: ``title`` is text (escaped here), ``body`` is HTML."""
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{PAGE_CSS}</style></head><body>{body}</body></html>"
+    )
+
+
+def nav_html(base: str) -> str:
+    b = escape(base)
+    return (
+        f'<nav><a href="{b}">Jobs</a> &middot; <a href="{b}report">Usage report</a> &middot; '
+        f'<a href="{b}api/v1/openapi.json">API (OpenAPI)</a></nav>'
+    )
+
+
+def job_url(base: str, job_id: str) -> str:
+    """The job page's path (not escaped)."""
+    return f"{base}jobs/{quote(job_id, safe='')}"
+
+
+def cancel_form(base: str, job_id: str, xsrf: str, back: str = "") -> str:
+    """A POST form that cancels the job (``back="job"``: then return to the job's page)."""
+    field = f'<input type="hidden" name="back" value="{escape(back)}">' if back else ""
+    return (
+        f'<form method="post" action="{escape(job_url(base, job_id))}/cancel">'
+        f'<input type="hidden" name="_xsrf" value="{escape(xsrf)}">{field}'
+        '<button type="submit">Cancel</button></form>'
+    )
+
+
+def queue_bar(q: QueueQuota) -> str:
+    """One queue: GPUs in use (borrowed ones apart) against its nominal quota, jobs waiting."""
+    own = max(0, q.gpus_in_use - q.borrowed)
+    if q.gpu_quota is None:
+        scale = max(q.gpus_in_use, 1)
+        held = f"{q.gpus_in_use} GPUs in use (no quota)"
+    else:
+        scale = max(q.gpu_quota + q.borrowed, q.gpus_in_use, 1)
+        held = f"{q.gpus_in_use} of {q.gpu_quota} GPUs in use"
+    bar = (
+        f'<span class="bar"><span class="used" style="width:{100 * own / scale:.1f}%"></span>'
+        f'<span class="borrowed" style="width:{100 * q.borrowed / scale:.1f}%"></span></span>'
+    )
+    text = f"{held} &middot; {q.pending_count} pending &middot; {q.borrowed} borrowed"
+    waiting = ""
+    if q.pending:
+        shown = ", ".join(
+            f"{p.position}. {escape(p.user)} <code>{escape(p.id)}</code> ({p.gpus} GPUs)"
+            for p in q.pending[:MAX_PENDING_SHOWN]
+        )
+        more = len(q.pending) - MAX_PENDING_SHOWN
+        waiting = (
+            f'<div class="detail">waiting: {shown}{f", and {more} more" if more > 0 else ""}</div>'
+        )
+    return (
+        f'<div class="queue" data-queue="{escape(q.queue)}"><b>{escape(q.team or "")}</b> '
+        f"<code>{escape(q.queue)}</code>{bar}<span>{text}</span>{waiting}</div>"
+    )
+
+
+def queues_html(quotas: Sequence[QueueQuota]) -> str:
+    if not quotas:
+        return '<section id="queues"><h2>Queues</h2><p>You are in no team\'s queue.</p></section>'
+    bars = "".join(queue_bar(q) for q in quotas)
+    return f'<section id="queues"><h2>Queues</h2>{bars}</section>'
+
+
+def job_detail(s: JobSummary) -> str:
+    """Why a queued job waits, where a failed one failed first, else its message."""
+    if s.state is JobState.QUEUED:
+        where = f"position {s.queue_position} in the queue" if s.queue_position else "queued"
+        why = f": {escape(s.message)}" if s.message else ""
+        return f'<div class="detail">{where}{why}</div>'
+    if s.state is JobState.FAILED and s.failure is not None:
+        what = s.failure.what()
+        return (
+            f'<div class="detail failed">first failure: {escape(s.failure.where())}'
+            f"{f' &mdash; {escape(what)}' if what else ''}</div>"
+        )
+    if s.message and s.state is not JobState.RUNNING:
+        return f'<div class="detail">{escape(s.message)}</div>'
+    return ""
+
+
+def elapsed(s: JobSummary, now: float) -> str:
+    """From submission to the end (or ``now``); empty when the submission time is unknown."""
+    if not s.submitted:
+        return ""
+    return duration(max(0.0, (s.finished or now) - s.submitted))
+
+
+def job_row(s: JobSummary, base: str, xsrf: str, now: float) -> str:
+    """One table row (see :data:`JOB_COLUMNS`); an unfinished job gets a cancel form."""
+    form = "" if s.state.is_finished() else cancel_form(base, s.id, xsrf)
+    link = f'<a href="{escape(job_url(base, s.id))}">{escape(s.name or s.id)}</a>'
+    where = escape(s.queue) if not s.team else f"{escape(s.team)} / {escape(s.queue)}"
+    return (
+        f'<tr data-job="{escape(s.id)}"><td>{link}<br><code>{escape(s.id)}</code></td>'
+        f"<td>{escape(s.user)}</td><td>{where}</td>"
+        f"<td>{badge(s.state.value)}{job_detail(s)}</td>"
+        f"<td>{s.nodes}&times;{s.gpus_per_node} GPUs</td>"
+        f'<td class="num">{elapsed(s, now)}</td>'
+        f'<td class="num">{s.gpu_seconds / 3600:.3f}</td><td>{form}</td></tr>'
+    )
+
+
+JOB_COLUMNS = ("job", "user", "team / queue", "state", "size", "elapsed", "GPU-hours", "")
+
+
+def job_rows(jobs: Sequence[JobSummary], base: str, xsrf: str, now: float | None = None) -> str:
+    """The rows of :func:`job_row` (``now``: the time elapsed runs to; None: the clock)."""
+    at = time.time() if now is None else now
+    return "".join(job_row(s, base, xsrf, at) for s in jobs)
+
+
+def jobs_html(jobs: Sequence[JobSummary], base: str, xsrf: str, now: float) -> str:
+    if not jobs:
+        return '<section id="jobs"><h2>Jobs</h2><p>No jobs yet.</p></section>'
+    head = "".join(f"<th>{escape(h)}</th>" for h in JOB_COLUMNS)
+    return (
+        f'<section id="jobs"><h2>Jobs</h2><table class="jobs"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{job_rows(jobs, base, xsrf, now)}</tbody></table></section>"
+    )
+
+
+def home_html(
+    *,
+    viewer: str,
+    scope: str,
+    quotas: Sequence[QueueQuota],
+    jobs: Sequence[JobSummary],
+    base: str,
+    xsrf: str,
+    now: float,
+) -> str:
+    """The service's front page: the viewer's queues, then the jobs they may see."""
+    return page_html(
+        "Aviflow jobs",
+        f"<h1>Aviflow jobs of {escape(viewer)}</h1>{nav_html(base)}"
+        f"<p>Scope: {escape(scope)}</p>"
+        f"{queues_html(quotas)}{jobs_html(jobs, base, xsrf, now)}",
+    )
+
+
+def logs_html(logs: Sequence[tuple[int, str]], total: int) -> str:
+    """Each shown rank's log tail; a note when only the first of ``total`` ranks are shown."""
+    if not logs:
+        return "<p>No rank has written a log yet.</p>"
+    note = f"<p>Showing the logs of {len(logs)} of {total} ranks.</p>" if total > len(logs) else ""
+    return note + "".join(
+        f'<div class="rank-log" data-rank="{rank}"><h3>rank {rank}</h3>{log_html(text)}</div>'
+        for rank, text in logs
+    )
+
+
+def job_page_html(
+    snap: JobSnapshot,
+    summary: JobSummary,
+    logs: Sequence[tuple[int, str]],
+    total_ranks: int,
+    *,
+    base: str,
+    xsrf: str,
+) -> str:
+    """One job: the panel's sections, the logs, a cancel form while it is unfinished."""
+    parts = sections_html(snap)
+    where = (
+        escape(summary.queue)
+        if not summary.team
+        else f"{escape(summary.team)} / {escape(summary.queue)}"
+    )
+    form = "" if snap.state.is_finished() else cancel_form(base, snap.id, xsrf, back="job")
+    return page_html(
+        f"{snap.name} · Aviflow job",
+        f"<h1>Aviflow job {escape(snap.name)}</h1>{nav_html(base)}"
+        f'<p><a href="{escape(base)}">&larr; all jobs</a> &middot; user {escape(summary.user)}'
+        f" &middot; {where}</p>"
+        f'<section id="header">{parts["header"]}{parts["failure"]}{form}</section>'
+        f'<section id="charts"><h2>Metrics</h2>{parts["charts"]}</section>'
+        f'<section id="ranks"><h2>Ranks</h2>{parts["ranks"]}</section>'
+        f'<section id="checkpoints"><h2>Checkpoints</h2>{parts["checkpoints"]}</section>'
+        f'<section id="logs"><h2>Logs (last lines)</h2>{logs_html(logs, total_ranks)}</section>',
+    )
+
+
+def error_page_html(status: int, error: str, message: str, base: str) -> str:
+    """An error as a page (a job the viewer may not see is a 404, as in the API)."""
+    return page_html(
+        f"{status} · Aviflow",
+        f"<h1>{status} {escape(error)}</h1><p>{escape(message)}</p>{nav_html(base)}",
+    )
