@@ -9,7 +9,29 @@ UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test lint format sysdeps bench bench-admission clean lock images images-clean
-.PHONY: hub
+.PHONY: hub labextension
+
+# The JupyterLab extension (extensions/labextension, TypeScript) built with JupyterLab's own
+# builder into the server extension's package, then put where Jupyter looks for it in .venv
+# (the wheel ships both files the same way: pyproject.toml's data-files).
+LABEXT := extensions/labextension
+LABEXT_OUT := extensions/aviflow_jupyter/labextension/package.json
+LABEXT_SRC := $(wildcard $(LABEXT)/src/*.ts $(LABEXT)/style/*) $(LABEXT)/package.json $(LABEXT)/tsconfig.json
+LABEXT_PREFIX := $(VENV)/share/jupyter/labextensions/aviflow-jupyterlab
+SERVER_EXT_CONF := $(VENV)/etc/jupyter/jupyter_server_config.d/aviflow_jupyter.json
+
+$(LABEXT)/node_modules/.aviflow-ci: $(LABEXT)/package-lock.json
+	cd $(LABEXT) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# (the builder is JupyterLab's: `jupyter-builder` from .venv, matching its shared packages)
+$(LABEXT_OUT): $(STAMP) $(LABEXT)/node_modules/.aviflow-ci $(LABEXT_SRC)
+	cd $(LABEXT) && PATH="$(abspath $(VENV))/bin:$$PATH" npm run --silent build
+
+labextension: $(STAMP) $(LABEXT_OUT)
+	rm -rf $(LABEXT_PREFIX) && mkdir -p $(dir $(LABEXT_PREFIX)) $(dir $(SERVER_EXT_CONF))
+	cp -r extensions/aviflow_jupyter/labextension $(LABEXT_PREFIX)
+	install -m 644 extensions/aviflow_jupyter/config/aviflow_jupyter.json $(SERVER_EXT_CONF)
 
 # .venv installs from the same lock as the images (requirements.lock, `make lock`).
 $(STAMP): pyproject.toml requirements.lock
@@ -28,7 +50,7 @@ lock:
 # The hub, notebook and trainer images with buildah into images/.build/oci (images/README.md);
 # REGISTRY=host/path also pushes them; IMAGES="hub" builds a subset.
 IMAGES ?= hub notebook trainer
-images: venv sysdeps
+images: venv labextension sysdeps
 	REGISTRY=$(REGISTRY) bash images/build.sh $(IMAGES)
 
 # Everything `make images` and the image tests keep (layer cache, wheelhouse, unpacked images).
@@ -42,13 +64,13 @@ sysdeps:
 	@bash tools/sysdeps.sh
 
 # The local JupyterHub with aviflow-api (see README "Hub"); log in at http://127.0.0.1:8000.
-hub: venv sysdeps
+hub: venv labextension sysdeps
 	$(PY) -m aviflow_hub.local --config hub/local.yaml
 
 demo: venv
 	$(PY) -m aviflow.examples.demo
 
-test: venv sysdeps lint
+test: venv labextension sysdeps lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (lint and format) on everything, mypy --strict on the core package (pyproject.toml)

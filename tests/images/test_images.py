@@ -139,9 +139,15 @@ def test_notebook_image_serves_jupyterlab_and_loads_aviflow_in_a_real_kernel(
     assert proc.stdout.strip().splitlines()[-1] == "ok ['aviflow_train']"
     proc = run_in("notebook", ["jupyter", "labextension", "list"])
     assert proc.returncode == 0
-    # the panel's widgets, served prebuilt (the Aviflow sidebar joins them with issue 12)
+    # the panel's widgets and the Aviflow sidebar, served prebuilt
     listed = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     assert re.search(r"@jupyter-widgets/jupyterlab-manager v\S+ enabled OK", listed), listed
+    assert re.search(r"aviflow-jupyterlab v0\.1\.0 enabled OK", listed), listed
+    # and the sidebar's server extension, enabled by the file the wheel installs
+    proc = run_in("notebook", ["jupyter", "server", "extension", "list"])
+    listed = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    assert "aviflow_jupyter enabled" in listed, listed
+    assert re.search(r"aviflow_jupyter\s+OK", listed), listed
 
 
 TRAIN = textwrap.dedent("""

@@ -1,0 +1,502 @@
+/**
+ * The pure part of the Aviflow sidebar: no DOM, no requests, no timers of its own (the
+ * Poller takes its timers). Everything here is unit-tested in test/model.spec.ts.
+ *
+ *     const model = new JobsModel();
+ *     model.apply(await client.jobs(model.cursor), model.cursor, Date.now() / 1000);
+ *     model.statusText(); // "2 running · 1 queued"
+ */
+import { FINISHED_STATES, JobFailure, JobSummary, JobsAnswer, QueueQuota } from './types';
+
+// ---------------------------------------------------------------------------
+// Formatting
+// ---------------------------------------------------------------------------
+
+const pad2 = (n: number): string => String(n).padStart(2, '0');
+
+/** A duration in seconds: "42s", "3m 05s", "2h 03m", "1d 4h". */
+export function formatElapsed(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s}s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)}m ${pad2(s % 60)}s`;
+  }
+  if (s < 86400) {
+    return `${Math.floor(s / 3600)}h ${pad2(Math.floor((s % 3600) / 60))}m`;
+  }
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+
+/** GPU time: "0.12 GPU-h" (2 decimals), "<0.01 GPU-h" for a tiny nonzero amount. */
+export function formatGpuHours(gpuSeconds: number): string {
+  const hours = Math.max(0, gpuSeconds) / 3600;
+  if (hours > 0 && hours < 0.005) {
+    return '<0.01 GPU-h';
+  }
+  return `${hours.toFixed(2)} GPU-h`;
+}
+
+/** A job's size: "2 × 8 GPUs", "1 × 1 GPU"; "1 node · CPU" without GPUs. */
+export function formatSize(nodes: number, gpusPerNode: number): string {
+  if (gpusPerNode <= 0) {
+    return `${nodes} ${nodes === 1 ? 'node' : 'nodes'} · CPU`;
+  }
+  return `${nodes} × ${gpusPerNode} ${gpusPerNode === 1 ? 'GPU' : 'GPUs'}`;
+}
+
+/** A queued job's place: "#2 in queue"; "" when it has none. */
+export function formatQueuePosition(position: number | null | undefined): string {
+  return position === null || position === undefined ? '' : `#${position} in queue`;
+}
+
+/** The first failing rank of a failed job: "rank 3 failed: ValueError: bad shape". */
+export function formatFailure(failure: JobFailure | null | undefined): string {
+  if (!failure) {
+    return '';
+  }
+  const who = failure.rank === null || failure.rank === undefined ? 'a rank' : `rank ${failure.rank}`;
+  const exception = failure.exception ?? '';
+  const message = failure.message ?? '';
+  let what: string;
+  if (exception && message && !message.startsWith(exception)) {
+    what = `${exception}: ${message}`;
+  } else {
+    what = message || exception;
+  }
+  if (what) {
+    return `${who} failed: ${what}`;
+  }
+  if (failure.exitCode !== null && failure.exitCode !== undefined) {
+    return `${who} failed (exit code ${failure.exitCode})`;
+  }
+  return `${who} failed`;
+}
+
+/** The lower-case word a state badge shows: "running", "queued", ... */
+export function stateText(state: string): string {
+  return state.toLowerCase();
+}
+
+/** Whether a job in this state never changes again. */
+export function isFinished(state: string): boolean {
+  return FINISHED_STATES.has(state);
+}
+
+// ---------------------------------------------------------------------------
+// Jobs
+// ---------------------------------------------------------------------------
+
+/** What a sidebar row shows of one job; rows are re-rendered field by field on change. */
+export interface JobRowView {
+  id: string;
+  name: string;
+  state: string;
+  stateText: string;
+  /** "#2 in queue" for a queued job, else "". */
+  position: string;
+  /** Why a queued or starting job waits, else "". */
+  reason: string;
+  elapsed: string;
+  gpuHours: string;
+  size: string;
+  /** The first failing rank of a failed job, else "". */
+  failure: string;
+  /** The row's tooltip. */
+  title: string;
+}
+
+/** The row view of a job at server time `now` (epoch seconds). */
+export function jobRowView(job: JobSummary, now: number): JobRowView {
+  const waiting = job.state === 'QUEUED' || job.state === 'STARTING';
+  const end = job.finished ?? now;
+  const title = [
+    `${job.name} (${job.id})`,
+    job.queue ? `queue ${job.queue}` : '',
+    job.attempt > 1 ? `attempt ${job.attempt}` : ''
+  ]
+    .filter(Boolean)
+    .join(' · ');
+  return {
+    id: job.id,
+    name: job.name,
+    state: job.state,
+    stateText: stateText(job.state),
+    position: job.state === 'QUEUED' ? formatQueuePosition(job.queuePosition) : '',
+    reason: waiting ? job.message ?? '' : '',
+    elapsed: formatElapsed(end - job.submitted),
+    gpuHours: formatGpuHours(job.gpuSeconds),
+    size: formatSize(job.nodes, job.gpusPerNode),
+    failure: job.state === 'FAILED' ? formatFailure(job.failure) : '',
+    title
+  };
+}
+
+/** How many of the caller's jobs run (RUNNING or STARTING) and wait (QUEUED). */
+export interface JobCounts {
+  running: number;
+  queued: number;
+}
+
+/** The status-bar text for counts: "2 running · 1 queued", "no jobs running". */
+export function statusText(counts: JobCounts): string {
+  const parts: string[] = [];
+  if (counts.running > 0) {
+    parts.push(`${counts.running} running`);
+  }
+  if (counts.queued > 0) {
+    parts.push(`${counts.queued} queued`);
+  }
+  return parts.length ? parts.join(' · ') : 'no jobs running';
+}
+
+/** Newest first: by `submitted` descending, then by id descending. */
+export function compareJobs(a: JobSummary, b: JobSummary): number {
+  if (a.submitted !== b.submitted) {
+    return b.submitted - a.submitted;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+/** What one `apply` changed. */
+export interface JobsChange {
+  /** The answer replaced the whole list (first read, or the server restarted). */
+  reset: boolean;
+  /** Ids of jobs added or replaced. */
+  updated: string[];
+  /** Ids of jobs dropped. */
+  removed: string[];
+}
+
+/**
+ * The caller's jobs, kept from incremental answers of `GET aviflow/jobs?since=`.
+ *
+ * `apply(answer, since, localNow)` merges by id, drops `removed`, and starts over when the
+ * answer is a full list (`since` 0, `reset` set, or `next` below the `since` sent: the
+ * server restarted). It keeps `next` as the cursor and the server's clock offset from `now`.
+ */
+export class JobsModel {
+  private _jobs = new Map<string, JobSummary>();
+  private _sorted: JobSummary[] = [];
+  private _cursor = 0;
+  private _offset = 0;
+  private _loaded = false;
+  private _backend = '';
+  private _user = '';
+
+  /** The cursor to send as `since` with the next read. */
+  get cursor(): number {
+    return this._cursor;
+  }
+
+  /** Whether an answer was applied since the last reset. */
+  get loaded(): boolean {
+    return this._loaded;
+  }
+
+  /** The backend the server reads jobs from ("local", "kubernetes", ...), "" before a read. */
+  get backend(): string {
+    return this._backend;
+  }
+
+  /** The caller's user name as the server knows it, "" before a read. */
+  get user(): string {
+    return this._user;
+  }
+
+  /** Server time minus local time, in seconds (from the last answer's `now`). */
+  get clockOffset(): number {
+    return this._offset;
+  }
+
+  /** The jobs, newest first. */
+  get jobs(): readonly JobSummary[] {
+    return this._sorted;
+  }
+
+  /** A job by id. */
+  get(id: string): JobSummary | undefined {
+    return this._jobs.get(id);
+  }
+
+  /** The server's clock for a local time (both epoch seconds). */
+  serverNow(localNow: number): number {
+    return localNow + this._offset;
+  }
+
+  /** Apply an answer to a read sent with `since`, received at `localNow` (epoch seconds). */
+  apply(answer: JobsAnswer, since: number, localNow: number): JobsChange {
+    const reset = since === 0 || answer.next < since || answer.reset === true;
+    const removed: string[] = [];
+    if (reset) {
+      for (const id of this._jobs.keys()) {
+        if (!answer.jobs.some(job => job.id === id)) {
+          removed.push(id);
+        }
+      }
+      this._jobs.clear();
+    }
+    const updated: string[] = [];
+    for (const job of answer.jobs) {
+      this._jobs.set(job.id, job);
+      updated.push(job.id);
+    }
+    for (const id of answer.removed ?? []) {
+      if (this._jobs.delete(id)) {
+        removed.push(id);
+      }
+    }
+    this._sorted = [...this._jobs.values()].sort(compareJobs);
+    this._cursor = answer.next;
+    this._offset = answer.now - localNow;
+    this._backend = answer.backend ?? this._backend;
+    this._user = answer.user ?? this._user;
+    this._loaded = true;
+    return { reset, updated, removed };
+  }
+
+  /** Forget everything; the next read starts from cursor 0. */
+  clear(): void {
+    this._jobs.clear();
+    this._sorted = [];
+    this._cursor = 0;
+    this._loaded = false;
+  }
+
+  /** How many jobs run (RUNNING or STARTING) and wait (QUEUED). */
+  counts(): JobCounts {
+    let running = 0;
+    let queued = 0;
+    for (const job of this._sorted) {
+      if (job.state === 'RUNNING' || job.state === 'STARTING') {
+        running += 1;
+      } else if (job.state === 'QUEUED') {
+        queued += 1;
+      }
+    }
+    return { running, queued };
+  }
+
+  /** The status-bar text: "2 running · 1 queued", "no jobs running". */
+  statusText(): string {
+    return statusText(this.counts());
+  }
+
+  /** The row views of all jobs, newest first, at local time `localNow` (epoch seconds). */
+  rows(localNow: number): JobRowView[] {
+    const now = this.serverNow(localNow);
+    return this._sorted.map(job => jobRowView(job, now));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Queues
+// ---------------------------------------------------------------------------
+
+/** A queue as a bar: segment widths in percent of max(quota, in use + pending GPUs). */
+export interface QueueBar {
+  queue: string;
+  /** GPUs in use within the quota. */
+  inQuotaPct: number;
+  /** GPUs borrowed beyond the quota. */
+  borrowedPct: number;
+  /** GPUs the pending jobs ask for. */
+  pendingPct: number;
+  /** Where the nominal quota ends; null without a quota. */
+  quotaPct: number | null;
+  /** "3 / 4 GPUs · 1 pending · 2 borrowed", "3 GPUs · no quota limit". */
+  label: string;
+}
+
+const pct = (part: number, whole: number): number =>
+  whole > 0 ? Math.round((part / whole) * 10000) / 100 : 0;
+
+/** The bar of one queue. */
+export function queueBar(q: QueueQuota): QueueBar {
+  const inUse = Math.max(0, q.gpusInUse);
+  const borrowed = Math.min(Math.max(0, q.borrowed), inUse);
+  const pendingGpus = (q.pending ?? []).reduce((sum, p) => sum + Math.max(0, p.gpus), 0);
+  const quota = q.gpuQuota;
+  const scale = Math.max(quota ?? 0, inUse + pendingGpus);
+  const parts = [quota === null ? `${inUse} GPUs · no quota limit` : `${inUse} / ${quota} GPUs`];
+  if (q.pendingCount > 0) {
+    parts.push(`${q.pendingCount} pending`);
+  }
+  if (borrowed > 0) {
+    parts.push(`${borrowed} borrowed`);
+  }
+  return {
+    queue: q.queue,
+    inQuotaPct: pct(inUse - borrowed, scale),
+    borrowedPct: pct(borrowed, scale),
+    pendingPct: pct(pendingGpus, scale),
+    quotaPct: quota === null ? null : pct(quota, scale),
+    label: parts.join(' · ')
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Polling
+// ---------------------------------------------------------------------------
+
+/** The timers a Poller uses; tests may pass fakes. */
+export interface Timers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const globalTimers: Timers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: handle => clearTimeout(handle as ReturnType<typeof setTimeout>)
+};
+
+/** How a Poller runs. */
+export interface PollerOptions {
+  /** The work of one tick; a rejection counts as a failure. */
+  task: () => Promise<void>;
+  /** Milliseconds between the end of one tick and the start of the next. */
+  interval: number;
+  /** The longest wait after repeated failures (the wait doubles per failure). */
+  maxBackoff: number;
+  timers?: Timers;
+}
+
+/**
+ * Runs a task every `interval` ms, counted from the end of the previous run so two runs
+ * never overlap. After a failure the wait doubles, up to `maxBackoff`; a success resets it.
+ * Starts paused: call `resume()`.
+ */
+export class Poller {
+  private _task: () => Promise<void>;
+  private _interval: number;
+  private _maxBackoff: number;
+  private _timers: Timers;
+  private _handle: unknown = null;
+  private _running: Promise<void> | null = null;
+  private _again = false;
+  private _paused = true;
+  private _disposed = false;
+  private _failures = 0;
+
+  constructor(options: PollerOptions) {
+    this._task = options.task;
+    this._interval = options.interval;
+    this._maxBackoff = options.maxBackoff;
+    this._timers = options.timers ?? globalTimers;
+  }
+
+  /** Consecutive failures so far. */
+  get failures(): number {
+    return this._failures;
+  }
+
+  get interval(): number {
+    return this._interval;
+  }
+
+  get paused(): boolean {
+    return this._paused;
+  }
+
+  /** Whether a run is in flight. */
+  get busy(): boolean {
+    return this._running !== null;
+  }
+
+  /** The wait before the next run, given the failures so far. */
+  get delay(): number {
+    if (this._failures === 0) {
+      return this._interval;
+    }
+    const backoff = this._interval * 2 ** this._failures;
+    return Math.min(Math.max(this._maxBackoff, this._interval), backoff);
+  }
+
+  /** Change the interval; a scheduled run is rescheduled with the new delay. */
+  setInterval(ms: number): void {
+    this._interval = ms;
+    if (this._handle !== null) {
+      this._schedule();
+    }
+  }
+
+  /** Run now (unless paused) and then every interval. */
+  resume(): void {
+    if (this._disposed || !this._paused) {
+      return;
+    }
+    this._paused = false;
+    void this.refresh();
+  }
+
+  /** Stop scheduling runs; one in flight finishes. */
+  pause(): void {
+    this._paused = true;
+    this._clear();
+  }
+
+  /**
+   * Run now, paused or not. When a run is in flight, run once more right after it; the
+   * promise settles when that run is done.
+   */
+  refresh(): Promise<void> {
+    if (this._disposed) {
+      return Promise.resolve();
+    }
+    if (this._running) {
+      this._again = true;
+      return this._running.then(() => this._running ?? undefined);
+    }
+    this._clear();
+    this._running = this._run();
+    return this._running;
+  }
+
+  dispose(): void {
+    this._disposed = true;
+    this.pause();
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  private async _run(): Promise<void> {
+    try {
+      await this._task();
+      this._failures = 0;
+    } catch {
+      this._failures += 1;
+    }
+    this._running = null;
+    if (this._disposed) {
+      return;
+    }
+    if (this._again) {
+      this._again = false;
+      this._running = this._run();
+      return;
+    }
+    if (!this._paused) {
+      this._schedule();
+    }
+  }
+
+  private _schedule(): void {
+    this._clear();
+    this._handle = this._timers.setTimeout(() => {
+      this._handle = null;
+      if (!this._paused && !this._running) {
+        this._running = this._run();
+      }
+    }, this.delay);
+  }
+
+  private _clear(): void {
+    if (this._handle !== null) {
+      this._timers.clearTimeout(this._handle);
+      this._handle = null;
+    }
+  }
+}

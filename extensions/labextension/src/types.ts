@@ -1,0 +1,172 @@
+/**
+ * The wire shapes of the Aviflow server extension (`aviflow_jupyter`), as documented in
+ * extensions/README.md ("HTTP contract of the server extension"). One interface per
+ * record; nothing else in the extension re-declares them.
+ */
+
+/** A job's lifecycle state. */
+export type JobState =
+  | 'QUEUED'
+  | 'STARTING'
+  | 'RUNNING'
+  | 'SUCCEEDED'
+  | 'FAILED'
+  | 'CANCELLED';
+
+/** The states after which a job never changes again. */
+export const FINISHED_STATES: ReadonlySet<string> = new Set([
+  'SUCCEEDED',
+  'FAILED',
+  'CANCELLED'
+]);
+
+/** The first failing rank of a failed job. */
+export interface JobFailure {
+  rank: number | null;
+  node?: string | null;
+  attempt?: number | null;
+  exception?: string | null;
+  message?: string | null;
+  exitCode?: number | null;
+}
+
+/** One job in `GET aviflow/jobs`. Times are epoch seconds. */
+export interface JobSummary {
+  id: string;
+  name: string;
+  user: string;
+  team: string | null;
+  queue: string | null;
+  nodes: number;
+  gpusPerNode: number;
+  gpus: number;
+  state: JobState;
+  attempt: number;
+  message: string | null;
+  queuePosition: number | null;
+  submitted: number;
+  updated: number;
+  finished: number | null;
+  gpuSeconds: number;
+  origin?: unknown;
+  failure?: JobFailure | null;
+}
+
+/** `GET aviflow/jobs?since=<cursor>`: the changes after `since`. */
+export interface JobsAnswer {
+  jobs: JobSummary[];
+  removed: string[];
+  next: number;
+  now: number;
+  /** Set by the server when this answer is the full list (same as `next` < `since`). */
+  reset?: boolean;
+  backend?: string;
+  user?: string;
+}
+
+/** A pending job in a queue. */
+export interface QueuePending {
+  id: string;
+  user: string;
+  position: number;
+  gpus: number;
+}
+
+/** One of the caller's team queues. `gpuQuota` null means unlimited. */
+export interface QueueQuota {
+  queue: string;
+  team: string | null;
+  gpuQuota: number | null;
+  gpusInUse: number;
+  pendingCount: number;
+  borrowed: number;
+  pending: QueuePending[];
+}
+
+/** `GET aviflow/queues`. */
+export interface QueuesAnswer {
+  queues: QueueQuota[];
+}
+
+/** A checkpoint of a job. */
+export interface CheckpointInfo {
+  job: string;
+  step: number;
+  time: number;
+  attempt: number;
+}
+
+/** The job part of `GET aviflow/jobs/<id>`. */
+export interface JobDetail {
+  id: string;
+  name: string;
+  state: JobState;
+  attempt: number;
+  message: string | null;
+  queuePosition: number | null;
+  nodes: number;
+  gpusPerNode: number;
+  submitted: number;
+  finished: number | null;
+  now: number;
+  elapsed: number;
+  gpuHours: number;
+  failure: JobFailure | null;
+  logRanks: number[];
+  checkpoints: CheckpointInfo[];
+  metricRows: number;
+  metrics: Record<string, [number, number][]>;
+}
+
+/** The notebook panel's own rendering of each section of a job (escaped, inline SVG). */
+export interface JobDetailHtml {
+  header?: string;
+  failure?: string;
+  charts?: string;
+  ranks?: string;
+  checkpoints?: string;
+}
+
+/** `GET aviflow/jobs/<id>`. */
+export interface JobDetailAnswer {
+  job: JobDetail;
+  html: JobDetailHtml;
+}
+
+/** `GET aviflow/jobs/<id>/logs/<rank>?tail=<lines>` or `?offset=<byte>`. */
+export interface LogAnswer {
+  rank: number;
+  text: string;
+  offset: number;
+  next: number;
+  size: number;
+}
+
+/** `POST aviflow/jobs/<id>/cancel`. */
+export interface CancelAnswer {
+  id: string;
+  cancelled: boolean;
+  state: JobState;
+}
+
+/** `GET aviflow/example`. */
+export interface ExampleAnswer {
+  name: string;
+  notebook: Record<string, unknown>;
+}
+
+/** How to read a rank's log: the last lines, or what follows a byte offset. */
+export type LogRead = { tail: number } | { offset: number };
+
+/**
+ * Everything the extension reads or does on the server. `httpClient()` (api.ts) is the
+ * real one; tests pass a fake.
+ */
+export interface AviflowClient {
+  jobs(since: number): Promise<JobsAnswer>;
+  queues(): Promise<QueuesAnswer>;
+  job(id: string): Promise<JobDetailAnswer>;
+  logs(id: string, rank: number, read: LogRead): Promise<LogAnswer>;
+  cancel(id: string): Promise<CancelAnswer>;
+  example(): Promise<ExampleAnswer>;
+}
