@@ -1,7 +1,8 @@
 """Fixtures for the sidebar's server extension (extensions/aviflow_jupyter).
 
 ``jupyter_server``
-    ``jupyter_server(name, **env)`` starts a real ``jupyter server`` on a free port with the
+    ``jupyter_server(name, app="jupyter_server", **env)`` starts a real Jupyter server
+    (``app``: ``jupyter_server``, ``jupyterlab`` or ``notebook``) on a free port with the
     extension enabled by the config file the package installs, its root directory, data and config directories in a temp dir, and
     the test's ``AVIFLOW_ROOT``; ``env`` adds variables (e.g. a hub's). Returns a
     :class:`Server`; every server is stopped after the test.
@@ -27,6 +28,7 @@ from aviflow._ports import free_port
 
 TOKEN = "sidebar-test-token"
 ENABLE = Path(__file__).parents[2] / "extensions/aviflow_jupyter/config/aviflow_jupyter.json"
+FRONTENDS = {"jupyterlab": "LabApp", "notebook": "JupyterNotebookApp"}  # app -> its config
 HUB_ENV = ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "AVIFLOW_API_URL", "AVIFLOW_BACKEND")
 
 
@@ -64,7 +66,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def jupyter_server(run_root: Path, tmp_path: Path) -> Iterator[Any]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str = "server", **extra_env: str) -> Server:
+    def start(name: str = "server", app: str = "jupyter_server", **extra_env: str) -> Server:
         base = tmp_path / name
         root_dir, data_dir, config_dir, runtime = (
             base / "home",
@@ -89,7 +91,7 @@ def jupyter_server(run_root: Path, tmp_path: Path) -> Iterator[Any]:
         argv = [
             sys.executable,
             "-m",
-            "jupyter_server",
+            app,
             "--no-browser",
             f"--port={port}",
             "--ip=127.0.0.1",
@@ -97,6 +99,15 @@ def jupyter_server(run_root: Path, tmp_path: Path) -> Iterator[Any]:
             f"--IdentityProvider.token={TOKEN}",
             *(["--allow-root"] if os.geteuid() == 0 else []),
         ]
+        frontend = FRONTENDS.get(app)
+        if frontend:  # its own settings (no "Jupyter news?" prompt) and workspaces
+            settings = base / "settings" / "@jupyterlab" / "apputils-extension"
+            settings.mkdir(parents=True, exist_ok=True)
+            (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+            argv += [
+                f"--{frontend}.user_settings_dir={base / 'settings'}",
+                f"--{frontend}.workspaces_dir={base / 'workspaces'}",
+            ]
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         started.append(proc)

@@ -19,19 +19,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from aviflow_browser import CHROMIUM, CHROMIUM_ARGS
 
 from aviflow_testcluster import free_port
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "notebook"
 
 

@@ -124,10 +124,11 @@ export class JobViews {
 
 /**
  * Add a widget to the main area. Notebook 7's main area holds the page's one document and
- * ignores more, so there the view goes to the panel below it (or the right side panel).
+ * ignores more, so there the view goes to the right side panel (which activating it opens;
+ * its panel below the document stays collapsed).
  */
 function addToMainArea(app: JupyterFrontEnd, widget: Widget): void {
-  for (const area of ['main', 'down', 'right'] as const) {
+  for (const area of ['main', 'right', 'down'] as const) {
     app.shell.add(widget, area as any, { rank: 900 });
     if (widget.isAttached || widget.parent) {
       return;
