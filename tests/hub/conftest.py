@@ -355,6 +355,14 @@ def real_hub(stop_jobs: Callable[[Path], list[str]]) -> Iterator[Hub]:
         assert not survivors, f"hub processes survived SIGTERM: {survivors}"
 
 
+@pytest.fixture(scope="module")
+def tokens(real_hub: Hub) -> dict[str, str]:
+    """A hub token of each of ``real_hub``'s users: alice, bob, lead and root (hub admin)."""
+    return {u: real_hub.token(u) for u in ("alice", "bob", "lead")} | {
+        "root": real_hub.token("root", password=ADMIN_PASSWORD)
+    }
+
+
 # -- kernels of a single-user server ------------------------------------------------------------
 
 

@@ -61,15 +61,6 @@ def refused(r: Any, status: int, error: str, *words: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def tokens(real_hub: Any) -> dict[str, str]:
-    return {
-        "alice": real_hub.token("alice"),
-        "bob": real_hub.token("bob"),
-        "root": real_hub.token("root", password=ADMIN_PASSWORD),
-    }
-
-
-@pytest.fixture(scope="module")
 def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
     """A finished job each of alice and bob."""
     out = {}

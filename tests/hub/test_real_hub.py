@@ -58,13 +58,6 @@ def wait_state(hub: Any, token: str, job_id: str, states: set[str], timeout: flo
 
 
 @pytest.fixture(scope="module")
-def tokens(real_hub: Any) -> dict[str, str]:
-    return {u: real_hub.token(u) for u in ("alice", "bob", "lead")} | {
-        "root": real_hub.token("root", password="aviflow-test-admin-password-0123456789")
-    }
-
-
-@pytest.fixture(scope="module")
 def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
     """alice's job runs (the only GPU slot); bob's waits behind it."""
     a = api.submit(spec(), backend=client(real_hub, tokens["alice"])).id

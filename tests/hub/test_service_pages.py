@@ -206,13 +206,6 @@ def row_of(html: str, job_id: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def tokens(real_hub: Any) -> dict[str, str]:
-    return {u: real_hub.token(u) for u in ("alice", "bob", "lead")} | {
-        "root": real_hub.token("root", password="aviflow-test-admin-password-0123456789")
-    }
-
-
-@pytest.fixture(scope="module")
 def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
     """alice's job runs (the only GPU slot) and logs; bob's waits behind it."""
     a = api.submit(train_job(HOSTILE, WORKER), backend=client(real_hub, tokens["alice"])).id

@@ -7,6 +7,7 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { el } from './dom';
 import { AviflowError } from './errors';
 import { isFinished, Poller, Timers } from './model';
 import type { AviflowClient, JobDetail, JobDetailAnswer, JobDetailHtml } from './types';
@@ -63,19 +64,6 @@ export function sanitizeHtml(html: string): DocumentFragment {
     }
   });
   return content;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }
 
 export class JobViewContent extends Widget {

@@ -6,6 +6,7 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { el } from './dom';
 import { AviflowFeed } from './feed';
 import { JobRowView, QueueBar, queueBar } from './model';
 import type { QueueQuota } from './types';
@@ -32,19 +33,6 @@ export interface SidebarOptions {
 interface Row {
   node: HTMLElement;
   view: JobRowView | null;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }
 
 export class AviflowSidebar extends Widget {
