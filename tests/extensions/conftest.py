@@ -25,11 +25,14 @@ import pytest
 import requests
 
 from aviflow._ports import free_port
+from aviflow.backends import BACKEND_ENV
+from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV
+from aviflow.store import ROOT_ENV
 
 TOKEN = "sidebar-test-token"
 ENABLE = Path(__file__).parents[2] / "extensions/aviflow_jupyter/config/aviflow_jupyter.json"
 FRONTENDS = {"jupyterlab": "LabApp", "notebook": "JupyterNotebookApp"}  # app -> its config
-HUB_ENV = ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER", "AVIFLOW_API_URL", "AVIFLOW_BACKEND")
+HUB_ENV = (TOKEN_ENV, "JUPYTERHUB_USER", API_URL_ENV, BACKEND_ENV)
 
 
 @dataclass
@@ -79,8 +82,8 @@ def jupyter_server(run_root: Path, tmp_path: Path) -> Iterator[Any]:
         # enabled by the same file the package installs
         shutil.copy(ENABLE, config_dir / "jupyter_server_config.d")
         env = {k: v for k, v in os.environ.items() if k not in HUB_ENV}
+        env[ROOT_ENV] = str(run_root)
         env.update(
-            AVIFLOW_ROOT=str(run_root),
             JUPYTER_DATA_DIR=str(data_dir),
             JUPYTER_CONFIG_DIR=str(config_dir),
             JUPYTER_RUNTIME_DIR=str(runtime),

@@ -7,25 +7,17 @@ from __future__ import annotations
 import getpass
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
+from aviflow_wait import until
+
 import aviflow
+from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV
 from aviflow.backends.local import LocalBackend
 from aviflow.examples.notebook import EXAMPLE_NAME, example_notebook
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 
 ME = getpass.getuser()
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 15) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.2)
 
 
 def test_the_job_list_is_mine_newest_first_then_only_what_changed(
@@ -68,7 +60,7 @@ def test_the_job_list_is_mine_newest_first_then_only_what_changed(
         found = server.get(f"aviflow/jobs?since={cursor}")
         return found if found["jobs"] else None
 
-    after = wait_for(changed, "the started job in the changes")
+    after = until(changed, "the started job in the changes")
     assert [(j["id"], j["state"]) for j in after["jobs"]] == [(queued.id, "RUNNING")]
     assert after["next"] > cursor and after["reset"] is False
 
@@ -76,9 +68,7 @@ def test_the_job_list_is_mine_newest_first_then_only_what_changed(
     # of someone else's never does
     make_job(JobState.QUEUED, name="theirs-2", user="mallory")
     mine = make_job(JobState.QUEUED, name="new", user=ME)
-    later = wait_for(
-        lambda: server.get(f"aviflow/jobs?since={after['next']}")["jobs"], "the new job"
-    )
+    later = until(lambda: server.get(f"aviflow/jobs?since={after['next']}")["jobs"], "the new job")
     assert [j["id"] for j in later if j["id"] != queued.id] == [mine.id]
 
 
@@ -191,7 +181,7 @@ def test_cancel_stops_my_job_and_never_someone_elses(
 ) -> None:
     sleeper = {"metadata": {"name": "sleeps"}, "spec": {"command": ["sleep", "600"]}}
     mine = aviflow.submit(sleeper, backend=local_backend)
-    wait_for(lambda: mine.status is JobState.RUNNING, "the job running", timeout=120)
+    until(lambda: mine.status is JobState.RUNNING, "the job running", timeout=120)
     done = make_job(JobState.SUCCEEDED, user=ME)
     theirs = make_job(JobState.QUEUED, user="mallory")
     server = jupyter_server()
@@ -212,20 +202,18 @@ def test_cancel_stops_my_job_and_never_someone_elses(
 
 def test_queues_show_the_quota_and_use(jupyter_server: Any, run_root: Any, make_job: Any) -> None:
     LocalBackend(root=run_root, capacity=8, quotas={"default": 4})
+    make_job(JobState.RUNNING, user=ME)  # 2 x 2 GPUs in use
+    waits = make_job(JobState.QUEUED, user="mallory", queue_position=1)
     server = jupyter_server()
-    assert server.get("aviflow/queues") == {
-        "queues": [
-            {
-                "queue": "default",
-                "team": None,
-                "gpuQuota": 4,
-                "gpusInUse": 0,
-                "pendingCount": 0,
-                "borrowed": 0,
-                "pending": [],
-            }
-        ]
-    }
+    [queue] = server.get("aviflow/queues")["queues"]
+    assert (queue["queue"], queue["gpuQuota"], queue["gpusInUse"], queue["borrowed"]) == (
+        "default",
+        4,
+        4,
+        0,
+    )
+    assert queue["pendingCount"] == 1
+    assert [(p["id"], p["position"], p["gpus"]) for p in queue["pending"]] == [(waits.id, 1, 4)]
 
 
 def test_a_first_start_writes_the_example_notebook_once(jupyter_server: Any) -> None:
@@ -249,7 +237,7 @@ def test_an_unreachable_aviflow_api_is_a_503_that_says_so(jupyter_server: Any) -
 
     api = f"http://127.0.0.1:{free_port()}/services/aviflow-api/api/v1/"
     server = jupyter_server(
-        "hubbed", AVIFLOW_API_URL=api, JUPYTERHUB_API_TOKEN="t", JUPYTERHUB_USER="alice"
+        "hubbed", **{API_URL_ENV: api, TOKEN_ENV: "t", "JUPYTERHUB_USER": "alice"}
     )
     for path in ("aviflow/jobs", "aviflow/queues", "aviflow/jobs/some-job"):
         resp = server.request("GET", path)

@@ -16,6 +16,7 @@ import pytest
 from aviflow_browser import CHROMIUM, CHROMIUM_ARGS
 
 from aviflow._ports import free_port
+from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV
 from aviflow.examples.notebook import EXAMPLE_NAME
 from aviflow.records import FailureInfo, JobState
 
@@ -99,7 +100,7 @@ def test_jupyterlab_says_when_aviflow_api_cannot_be_reached(jupyter_server: Any)
 
     api = f"http://127.0.0.1:{free_port()}/services/aviflow-api/api/v1/"
     server = jupyter_server(
-        "hubbed", app="jupyterlab", AVIFLOW_API_URL=api, JUPYTERHUB_API_TOKEN="not-a-token"
+        "hubbed", app="jupyterlab", **{API_URL_ENV: api, TOKEN_ENV: "not-a-token"}
     )
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

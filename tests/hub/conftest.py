@@ -44,6 +44,7 @@ import psutil
 import pytest
 import requests
 import yaml
+from aviflow_wait import until
 
 from aviflow_hub.local import hub_command
 from aviflow_testcluster import free_port
@@ -194,17 +195,8 @@ class Hub:
             headers={"Authorization": f"token {token}"},
         )
 
-    @staticmethod
-    def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-        """Poll ``check`` until it returns something truthy (the ledger follows the backend's
-        change feed every ``api.ingestEvery`` second); fail after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = check()
-            if found:
-                return found
-            assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-            time.sleep(0.2)
+    # (the ledger follows the backend's change feed every ``api.ingestEvery`` second)
+    until = staticmethod(until)
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> None:
