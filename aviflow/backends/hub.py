@@ -46,6 +46,7 @@ from aviflow.store import RunStore
 
 API_URL_ENV = "AVIFLOW_API_URL"
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
+USER_ENV = "JUPYTERHUB_USER"  # the hub user a spawned notebook server belongs to
 RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from aviflow.backends import get_backend
 from aviflow.backends.base import Backend
+from aviflow.backends.hub import USER_ENV
 from aviflow.errors import AviflowError, BackendError, JobNotFound
 from aviflow.views.sections import sections_html, snapshot_dict
 from aviflow.views.snapshot import SnapshotReaders
@@ -33,7 +34,7 @@ READERS_KEPT = 16  # job views kept warm (their cursors into events and metrics)
 
 def current_user() -> str:
     """The user this server belongs to: the hub's user, or this OS user."""
-    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+    return os.environ.get(USER_ENV) or getpass.getuser()
 
 
 class JobReads:

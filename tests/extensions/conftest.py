@@ -26,13 +26,13 @@ import requests
 
 from aviflow._ports import free_port
 from aviflow.backends import BACKEND_ENV
-from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV
+from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV, USER_ENV
 from aviflow.store import ROOT_ENV
 
 TOKEN = "sidebar-test-token"
 ENABLE = Path(__file__).parents[2] / "extensions/aviflow_jupyter/config/aviflow_jupyter.json"
 FRONTENDS = {"jupyterlab": "LabApp", "notebook": "JupyterNotebookApp"}  # app -> its config
-HUB_ENV = (TOKEN_ENV, "JUPYTERHUB_USER", API_URL_ENV, BACKEND_ENV)
+HUB_ENV = (TOKEN_ENV, USER_ENV, API_URL_ENV, BACKEND_ENV)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 from aviflow_wait import until
 
 import aviflow
-from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV
+from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV, USER_ENV
 from aviflow.backends.local import LocalBackend
 from aviflow.examples.notebook import EXAMPLE_NAME, example_notebook
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
@@ -236,9 +236,7 @@ def test_an_unreachable_aviflow_api_is_a_503_that_says_so(jupyter_server: Any) -
     from aviflow._ports import free_port
 
     api = f"http://127.0.0.1:{free_port()}/services/aviflow-api/api/v1/"
-    server = jupyter_server(
-        "hubbed", **{API_URL_ENV: api, TOKEN_ENV: "t", "JUPYTERHUB_USER": "alice"}
-    )
+    server = jupyter_server("hubbed", **{API_URL_ENV: api, TOKEN_ENV: "t", USER_ENV: "alice"})
     for path in ("aviflow/jobs", "aviflow/queues", "aviflow/jobs/some-job"):
         resp = server.request("GET", path)
         assert resp.status_code == 503, (path, resp.text)
