@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "k8s"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "images"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hub"))  # aviflow_kernel
+sys.path.insert(0, str(Path(__file__).resolve().parent / "extensions"))  # aviflow_jupyter_server
 pytest_plugins = ["aviflow_testcluster.pytest_plugin", "aviflow_images", "aviflow_pool"]
 
 

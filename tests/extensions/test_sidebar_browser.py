@@ -22,7 +22,6 @@ from aviflow.records import FailureInfo, JobState
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "sidebar"
-TOKEN = "sidebar-test-token"
 
 
 def shot(page: Any, name: str) -> None:
@@ -68,7 +67,7 @@ def test_notebook7_shows_my_jobs_and_the_first_failing_rank(
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 950})
         try:
-            page.goto(f"{server.url}notebooks/{EXAMPLE_NAME}?token={TOKEN}")
+            page.goto(f"{server.url}notebooks/{EXAMPLE_NAME}?token={server.token}")
             expect(page.locator(".jp-Cell")).to_have_count(3, timeout=120_000)
             expect(page.locator("#aviflow-sidebar")).to_have_count(1)
             sidebar = page.locator("#aviflow-sidebar")
@@ -106,7 +105,7 @@ def test_jupyterlab_says_when_aviflow_api_cannot_be_reached(jupyter_server: Any)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
-            page.goto(f"{server.url}lab?token={TOKEN}")
+            page.goto(f"{server.url}lab?token={server.token}")
             tab = page.locator(".jp-SideBar .lm-TabBar-tab[data-id='aviflow-sidebar']")
             expect(tab).to_have_count(1, timeout=120_000)
             tab.click()

@@ -10,34 +10,33 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
 import pytest
 from aviflow_browser import CHROMIUM, CHROMIUM_ARGS
+from aviflow_jupyter_server import start_jupyter
 
-from aviflow_testcluster import free_port
+from aviflow.backends import BACKEND_ENV
+from aviflow.backends.local import CAPACITY_ENV
+from aviflow.store import ROOT_ENV
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "notebook"
 
 
-# front end -> (module to run, its app's config prefix, notebook URL path, extra flags)
+# front end -> (module to run, notebook URL path, extra flags)
 FRONTENDS = {
     "jupyterlab": (
         "jupyterlab",
-        "LabApp",
         "lab/tree/panel.ipynb",
         [
             "--LabApp.extension_manager=readonly",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ],
     ),
-    "notebook7": ("notebook", "JupyterNotebookApp", "notebooks/panel.ipynb", []),
+    "notebook7": ("notebook", "notebooks/panel.ipynb", []),
 }
 
 
@@ -48,70 +47,18 @@ def jupyter_server(
     """A JupyterLab or Notebook 7 server on loopback: yields (front end, notebook URL with token,
     notebook directory)."""
     frontend = request.param
-    module, app, url_path, extra = FRONTENDS[frontend]
-    root = tmp_path / "lab"
-    root.mkdir()
-    port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ)
+    module, url_path, extra = FRONTENDS[frontend]
+    env = {k: v for k, v in os.environ.items() if k != BACKEND_ENV}
     env.update(
-        AVIFLOW_ROOT=str(run_root),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        AVIFLOW_LOCAL_CAPACITY="8",
+        {ROOT_ENV: str(run_root), CAPACITY_ENV: "8"},
         PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
     )
-    env.pop("AVIFLOW_BACKEND", None)
-    # No "get Jupyter news?" prompt over the notebook (and no fetch of the news feed).
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            module,
-            "--no-browser",
-            "--allow-root",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            f"--{app}.workspaces_dir={tmp_path / 'workspaces'}",
-            f"--{app}.user_settings_dir={tmp_path / 'settings'}",
-            *extra,
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=root,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    token = secrets.token_hex(16)
+    server = start_jupyter(tmp_path / "lab", module, env=env, token=token, argv=extra)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{module} did not start: {(tmp_path / 'server.log').read_text()[-3000:]}"
-                )
-            time.sleep(0.5)
-        yield frontend, f"{base}/{url_path}?token={token}", root
+        yield frontend, f"{server.url}{url_path}?token={token}", server.root_dir
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
-            server.wait()
-        log.close()
+        server.stop()
 
 
 @pytest.mark.browser
