@@ -9,6 +9,7 @@ the news feed). Used by the server extension's tests and by the notebook's brows
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +33,6 @@ class Server:
     url: str  # ends in /
     root_dir: Path
     data_dir: Path
-    config_dir: Path
     log: Path
     proc: subprocess.Popen[bytes]
     token: str
@@ -69,15 +69,20 @@ def start_jupyter(
     env: Mapping[str, str],
     token: str = TOKEN,
     argv: Sequence[str] = (),
+    server_config: Sequence[Path] = (),
     timeout: float = 180,
 ) -> Server:
     """Start ``python -m <app>`` (``jupyter_server``, ``jupyterlab`` or ``notebook``) with its
     directories under ``base`` (``home/``, ``data/``, ``config/``, ...; kept when it exists,
     so a second start is the same user's next start), ``env`` plus the Jupyter directory
-    variables, and ``argv`` appended; return once ``api/status`` answers."""
+    variables, ``argv`` appended and the ``server_config`` files in its config directory's
+    ``jupyter_server_config.d``; return once ``api/status`` answers."""
     dirs = {d: base / d for d in ("home", "data", "config", "runtime")}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
+    for file in server_config:
+        (dirs["config"] / "jupyter_server_config.d").mkdir(exist_ok=True)
+        shutil.copy(file, dirs["config"] / "jupyter_server_config.d")
     port = free_port()
     args = [
         sys.executable,
@@ -117,9 +122,7 @@ def start_jupyter(
             cwd=dirs["home"],
             start_new_session=True,
         )
-    server = Server(
-        f"http://127.0.0.1:{port}/", dirs["home"], dirs["data"], dirs["config"], log, proc, token
-    )
+    server = Server(f"http://127.0.0.1:{port}/", dirs["home"], dirs["data"], log, proc, token)
     deadline = time.monotonic() + timeout
     while True:
         try:

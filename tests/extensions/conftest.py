@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,14 +32,12 @@ def jupyter_server(run_root: Path, tmp_path: Path) -> Iterator[Any]:
     started: list[Server] = []
 
     def start(name: str = "server", app: str = "jupyter_server", **extra_env: str) -> Server:
-        base = tmp_path / name
-        # enabled by the same file the package installs
-        enabled = base / "config" / "jupyter_server_config.d"
-        enabled.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ENABLE, enabled)
         env = {k: v for k, v in os.environ.items() if k not in HUB_ENV}
         env[ROOT_ENV] = str(run_root)
-        server = start_jupyter(base, app, env={**env, **extra_env})
+        # enabled by the same file the package installs
+        server = start_jupyter(
+            tmp_path / name, app, env={**env, **extra_env}, server_config=[ENABLE]
+        )
         started.append(server)
         return server
 

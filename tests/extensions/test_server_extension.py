@@ -9,13 +9,12 @@ import json
 import time
 from typing import Any
 
-from aviflow_wait import until
-
 import aviflow
 from aviflow.backends.hub import API_URL_ENV, TOKEN_ENV, USER_ENV
 from aviflow.backends.local import LocalBackend
 from aviflow.examples.notebook import EXAMPLE_NAME, example_notebook
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
+from aviflow_testcluster import wait_for
 
 ME = getpass.getuser()
 
@@ -60,7 +59,7 @@ def test_the_job_list_is_mine_newest_first_then_only_what_changed(
         found = server.get(f"aviflow/jobs?since={cursor}")
         return found if found["jobs"] else None
 
-    after = until(changed, "the started job in the changes")
+    after = wait_for(changed, 15, "the started job in the changes")
     assert [(j["id"], j["state"]) for j in after["jobs"]] == [(queued.id, "RUNNING")]
     assert after["next"] > cursor and after["reset"] is False
 
@@ -68,7 +67,9 @@ def test_the_job_list_is_mine_newest_first_then_only_what_changed(
     # of someone else's never does
     make_job(JobState.QUEUED, name="theirs-2", user="mallory")
     mine = make_job(JobState.QUEUED, name="new", user=ME)
-    later = until(lambda: server.get(f"aviflow/jobs?since={after['next']}")["jobs"], "the new job")
+    later = wait_for(
+        lambda: server.get(f"aviflow/jobs?since={after['next']}")["jobs"], 15, "the new job"
+    )
     assert [j["id"] for j in later if j["id"] != queued.id] == [mine.id]
 
 
@@ -181,7 +182,7 @@ def test_cancel_stops_my_job_and_never_someone_elses(
 ) -> None:
     sleeper = {"metadata": {"name": "sleeps"}, "spec": {"command": ["sleep", "600"]}}
     mine = aviflow.submit(sleeper, backend=local_backend)
-    until(lambda: mine.status is JobState.RUNNING, "the job running", timeout=120)
+    wait_for(lambda: mine.status is JobState.RUNNING, 120, "the job running")
     done = make_job(JobState.SUCCEEDED, user=ME)
     theirs = make_job(JobState.QUEUED, user="mallory")
     server = jupyter_server()
@@ -225,8 +226,7 @@ def test_a_first_start_writes_the_example_notebook_once(jupyter_server: Any) -> 
     assert "".join(cells[2]["source"]).startswith("%%aviflow_train --nodes 2 --gpus-per-node 2")
     # deleted by the user, it does not come back on the next start
     example.unlink()
-    server.proc.terminate()
-    server.proc.wait(timeout=30)
+    server.stop()
     again = jupyter_server()  # the same name: the same home and data directory
     assert again.root_dir == server.root_dir
     assert not example.exists()

@@ -44,10 +44,9 @@ import psutil
 import pytest
 import requests
 import yaml
-from aviflow_wait import until
 
 from aviflow_hub.local import hub_command
-from aviflow_testcluster import free_port
+from aviflow_testcluster import free_port, wait_for
 
 PASSWORD = "aviflow-test-pw"
 ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"
@@ -195,8 +194,11 @@ class Hub:
             headers={"Authorization": f"token {token}"},
         )
 
-    # (the ledger follows the backend's change feed every ``api.ingestEvery`` second)
-    until = staticmethod(until)
+    @staticmethod
+    def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+        """:func:`aviflow_testcluster.wait_for` with the hub tests' default timeout (the
+        ledger follows the backend's change feed every ``api.ingestEvery`` second)."""
+        return wait_for(check, timeout, what)
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from aviflow import api
+from aviflow._units import parse_duration
 from aviflow.attempts import admission_drift
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
@@ -193,14 +194,15 @@ def test_kill_9_of_one_rank_restarts_the_whole_group_from_its_checkpoint(make_po
 def test_time_limit_counts_admitted_time_across_attempts(make_pool: Any) -> None:
     # the limit leaves attempt 1 room for a slow start: admission counts from Kueue's
     # admission, and a pod may wait there for its volume to bind before it is scheduled
-    limit = 60  # 1m
+    time_limit = "1m"
+    limit = parse_duration(time_limit)
     pool = make_pool()
     spec = tiny(
         "time limited",
         nodes=1,
         gpus=2,
         maxRestarts=1,
-        timeLimit="1m",
+        timeLimit=time_limit,
         env={"TINY_STEPS": "100000", "TINY_CKPT_EVERY": "20", "TINY_STEP_SLEEP": "0.1"},
     )
     job = api.submit(spec, pool.backend)
