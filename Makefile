@@ -9,6 +9,7 @@ UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test lint format sysdeps bench bench-admission clean lock images images-clean
+.PHONY: cache clean-cache
 .PHONY: hub labextension
 
 # The JupyterLab extension (extensions/labextension, TypeScript) built with JupyterLab's own
@@ -53,11 +54,21 @@ IMAGES ?= hub notebook trainer
 images: venv labextension sysdeps
 	REGISTRY=$(REGISTRY) bash images/build.sh $(IMAGES)
 
-# Everything `make images` and the image tests keep (layer cache, wheelhouse, unpacked images).
-# (buildah's store keeps mounts of its own under images/.build/storage: unmount them first)
+# This checkout's image outputs (images/.build: its layout index, reports, build context, and
+# the stores of checkouts from before the shared cache; buildah's keeps mounts: unmount first).
+# What builds them is in the build cache (make clean-cache).
 images-clean:
 	@awk '{print $$2}' /proc/mounts | grep '^$(CURDIR)/images/.build/' | sort -r | xargs -r -n1 umount
 	rm -rf images/.build
+
+# The build cache every clone on this machine shares ($$AVIFLOW_CACHE_DIR, else
+# $$XDG_CACHE_HOME/aviflow, else ~/.cache/aviflow): the control plane's binaries, helm, the
+# images' base, wheelhouse, layer store and layout, unpacked layers. `make cache` shows it.
+clean-cache:
+	@$(PYTHON) tests/cluster/aviflow_testcluster/_cache.py clean
+
+cache:
+	@$(PYTHON) tests/cluster/aviflow_testcluster/_cache.py show
 
 # System packages and tools the tests drive for real (browser, PostgreSQL, proxy, Go builds).
 sysdeps:

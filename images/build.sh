@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # make images: the base, then the hub, notebook and trainer images with buildah (chroot
-# isolation, layer cache, --timestamp 0), into the OCI layout images/.build/oci, tagged
-# <version>-<lock hash> (refs <name>-<version>-<lock hash> in the layout). No Docker engine and no registry are needed; REGISTRY=host/path also
-# pushes each image there. Writes images/.build/images.jsonl (tag, digest, size, build time,
-# pinned packages) and images/.build/trainer-images.yaml (the trainer's entry for `images`).
+# isolation, layer cache, --timestamp 0), tagged <version>-<lock hash>. What builds them is kept
+# in the build cache every clone of this machine shares (`python -m aviflow_testcluster cache`,
+# tests/cluster/aviflow_testcluster/_image_store.py): the base root filesystem, the wheelhouse,
+# the proxy, buildah's layer store and one OCI layout whose refs name each build by content
+# (<name>-<tag>-<image id>), so a clone builds, pushes and unpacks nothing another one already
+# did. This checkout's images/.build/oci is a layout naming its own images (refs
+# <name>-<version>-<lock hash>) on the shared blobs. No Docker engine and no registry are
+# needed; REGISTRY=host/path also pushes each image there. Writes images/.build/images.jsonl
+# (tag, digest, size, build time, pinned packages) and images/.build/trainer-images.yaml (the
+# trainer's entry for `images`).
 #
 #   images/build.sh [NAME ...]       # default: hub notebook trainer
 set -euo pipefail
@@ -13,52 +19,74 @@ build=${IMAGES_BUILD_DIR:-$root/images/.build}
 python=${PYTHON:-$root/.venv/bin/python}
 names=("$@")
 ((${#names[@]})) || names=(hub notebook trainer)
-ca=${EGRESS_CA:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}
 chp_version=4.6.3
-store=(--root "$build/storage" --runroot "$build/run" --storage-driver "${STORAGE_DRIVER:-overlay}")
+cache() { PYTHONPATH="$root/tests/cluster${PYTHONPATH:+:$PYTHONPATH}" "$python" -m aviflow_testcluster cache "$@"; }
 
 version=$("$python" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 lock_hash=$(sha256sum requirements.lock | cut -c1-12)
 tag=$version-$lock_hash
 source=${SOURCE_URL:-https://github.com/aviflow/aviflow}
-mkdir -p "$build/context" "$build/pushed"
-# One build at a time per checkout (parallel test sessions, a `make images` meanwhile).
-exec 9> "$build/.lock"
+base_key=$(cat images/base/packages.txt images/base/build.sh images/base/Containerfile | sha256sum | cut -c1-16)
+# the cache's paths: IMAGES_CACHE STORAGE RUNROOT LAYOUT REFS IMAGES_LOCK, and BASE, WHEELS,
+# PROXY as <name>_DIR (the entry) and <name>_READY (1 when it is made)
+eval "$(cache images-env "$base_key" "$lock_hash" "$chp_version")"
+store=(--root "$STORAGE" --runroot "$RUNROOT" --storage-driver "${STORAGE_DRIVER:-overlay}")
+mkdir -p "$IMAGES_CACHE" "$REFS" "$build/context"
+# One build at a time on this machine (parallel test sessions, other clones, `make images`).
+exec 9> "$IMAGES_LOCK"
 flock 9
+eval "$(cache images-env "$base_key" "$lock_hash" "$chp_version")"  # as it is now, locked
 report=$build/images.jsonl
 : > "$report"
 
+# make_entry DIR CMD...: CMD... TMP fills a new directory TMP, which then becomes the entry DIR
+make_entry() {
+  local dir=$1 && shift
+  local tmp
+  tmp=$(dirname "$dir")/.$(basename "$dir").tmp$$
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  "$@" "$tmp"
+  cache seal "$tmp"
+  rm -rf "$dir" && mv "$tmp" "$dir"
+}
+make_base() { bash images/base/build.sh "$1/rootfs.tar"; }
+make_wheels() { "$python" -m pip download --quiet --no-deps --only-binary=:all: -d "$1" -r requirements.lock; }
+make_proxy() {
+  npm install --silent --no-fund --no-audit --omit=dev --prefix "$1" "configurable-http-proxy@$chp_version"
+}
+
 # 1. the base root filesystem (mmdebstrap), rebuilt when its package list or script changes
-base_key=$(cat images/base/packages.txt images/base/build.sh images/base/Containerfile | sha256sum | cut -c1-12)
-if [[ ! -f $build/base/rootfs.tar || "$(cat "$build/base/key" 2>/dev/null)" != "$base_key" ]]; then
-  bash images/base/build.sh "$build/base/rootfs.tar"
-  echo "$base_key" > "$build/base/key"
-fi
-base=localhost/aviflow/base:$(cat "$build/base/rootfs.tar.sha256" images/base/Containerfile | sha256sum | cut -c1-12)
+[[ -n $BASE_READY ]] || make_entry "$BASE_DIR" make_base
+base=localhost/aviflow/base:$(cat "$BASE_DIR/rootfs.tar.sha256" images/base/Containerfile | sha256sum | cut -c1-12)
 if ! buildah "${store[@]}" inspect --type image "$base" >/dev/null 2>&1; then
   buildah "${store[@]}" bud --quiet --isolation chroot --timestamp 0 \
-    -f images/base/Containerfile -t "$base" "$build/base" >/dev/null
+    -f images/base/Containerfile -t "$base" "$BASE_DIR" >/dev/null
 fi
 
 # 2. the wheelhouse (every wheel of the lock; the builds install offline from it), the aviflow
 #    wheel and configurable-http-proxy
-wheels=$build/wheelhouse
-if [[ "$(cat "$wheels/.lock-hash" 2>/dev/null)" != "$lock_hash" ]]; then
-  mkdir -p "$wheels"
-  "$python" -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" -r requirements.lock
-  echo "$lock_hash" > "$wheels/.lock-hash"
-fi
+wheels=$WHEELS_DIR
+[[ -n $WHEELS_READY ]] || make_entry "$WHEELS_DIR" make_wheels
 rm -rf "$build/context/wheels"
 # (a fixed SOURCE_DATE_EPOCH makes the wheel, and so the layers above it, the same each time)
 SOURCE_DATE_EPOCH=1700000000 "$root/.venv/bin/uv" build --quiet --wheel \
   --out-dir "$build/context/wheels" "$root"
-chp=$build/context/configurable-http-proxy
-if [[ "$(cat "$chp/version" 2>/dev/null)" != "$chp_version" ]]; then
-  rm -rf "$chp"
-  npm install --silent --no-fund --no-audit --omit=dev --prefix "$chp" \
-    "configurable-http-proxy@$chp_version"
-  echo "$chp_version" > "$chp/version"
-fi
+[[ -n $PROXY_READY ]] || make_entry "$PROXY_DIR" make_proxy
+rm -rf "$build/context/configurable-http-proxy"
+cp -a "$PROXY_DIR" "$build/context/configurable-http-proxy"
+rm -f "$build/context/configurable-http-proxy/.aviflow-entry"
+
+# This checkout's layout: its own index on the shared blobs (a layout of its own from before
+# the shared cache is replaced).
+mine=$build/oci
+if [[ -e $mine && ! -L $mine/blobs ]]; then rm -rf "$mine"; fi
+mkdir -p "$mine" "$LAYOUT"
+[[ -f $LAYOUT/oci-layout ]] || printf '{"imageLayoutVersion":"1.0.0"}' > "$LAYOUT/oci-layout"
+[[ -f $LAYOUT/index.json ]] || printf '{"schemaVersion":2,"manifests":[]}' > "$LAYOUT/index.json"
+mkdir -p "$LAYOUT/blobs"
+cp "$LAYOUT/oci-layout" "$mine/oci-layout"
+[[ -f $mine/index.json ]] || printf '{"schemaVersion":2,"manifests":[]}' > "$mine/index.json"
+ln -sfn "$LAYOUT/blobs" "$mine/blobs"
 
 # 3. the images (the notebook image is built on the trainer image)
 [[ " ${names[*]} " == *" notebook "* && " ${names[*]} " != *" trainer "* ]] && names=(trainer "${names[@]}")
@@ -82,33 +110,48 @@ for name in "${ordered[@]}"; do
     -f "images/$name/Containerfile" -t "$image" . >/dev/null
   built=$(date +%s.%N)
   id=$(buildah "${store[@]}" inspect --type image --format '{{.FromImageID}}' "$image")
-  # one layout for all images, so the notebook shares the trainer's blobs; ref <name>-<tag>
-  if [[ "$(cat "$build/pushed/$name" 2>/dev/null)" != "$id:$tag" ]] ||
-    ! grep -q "\"$name-$tag\"" "$build/oci/index.json" 2>/dev/null; then
-    # (buildah leaves the manifest the ref named before in the index, untagged: untag it
-    #  first, so that `umoci gc` below frees its blobs)
-    umoci rm --image "$build/oci:$name-$tag" 2>/dev/null || true
-    buildah "${store[@]}" push --quiet "$image" "oci:$build/oci:$name-$tag"
-    echo "$id:$tag" > "$build/pushed/$name"
-    collect=1
+  # the shared layout names each build by content (the notebook shares the trainer's blobs):
+  # pushed only when no clone did it before
+  build_ref=$name-$tag-${id:0:12}
+  if ! "$python" - "$LAYOUT" "$build_ref" <<'PY'
+import json, sys
+from pathlib import Path
+layout, ref = Path(sys.argv[1]), sys.argv[2]
+index = json.loads((layout / "index.json").read_text())
+found = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref]
+sys.exit(0 if found and (layout / "blobs" / found[0]["digest"].replace(":", "/")).is_file() else 1)
+PY
+  then
+    umoci rm --image "$LAYOUT:$build_ref" 2>/dev/null || true
+    buildah "${store[@]}" push --quiet "$image" "oci:$LAYOUT:$build_ref"
   fi
+  printf '{"name": "%s", "id": "%s"}\n' "$name" "$id" > "$REFS/$build_ref"  # (its last use)
   if [[ -n ${REGISTRY:-} ]]; then
     buildah "${store[@]}" push --quiet "$image" "docker://$REGISTRY/$name:$tag"
   fi
-  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$build/oci" "$start" "$built" \
-    "$version" "${REGISTRY:+$REGISTRY/$name:$tag}" <<'PY'
-import json, re, sys, time
+  "$python" - "$report" "$name" "$image" "$tag" "$lock_hash" "$mine" "$start" "$built" \
+    "$version" "${REGISTRY:+$REGISTRY/$name:$tag}" "$LAYOUT" "$build_ref" <<'PY'
+import json, os, re, sys, time
 from pathlib import Path
-report, name, image, tag, lock_hash, layout, start, built, version, pushed = sys.argv[1:]
+report, name, image, tag, lock_hash, layout, start, built, version, pushed, shared, build_ref = sys.argv[1:]
 # what a notebook should match (aviflow.images.TRACKED): the lock's pins and our version
 pins = dict(re.findall(r"^(torch|accelerate)==(\S+)", Path("requirements.lock").read_text(), re.M))
 packages = {**(pins if name != "hub" else {}), "aviflow": version}
-index = json.loads((Path(layout) / "index.json").read_text())
-ref = f"{name}-{tag}"
-digest = next(
-    m["digest"] for m in index["manifests"]
-    if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref
+# this checkout's layout names the build <name>-<tag>, with the shared layout's descriptor
+ref_key = "org.opencontainers.image.ref.name"
+built_by = next(
+    m for m in json.loads((Path(shared) / "index.json").read_text())["manifests"]
+    if m.get("annotations", {}).get(ref_key) == build_ref
 )
+ref = f"{name}-{tag}"
+index_path = Path(layout) / "index.json"
+index = json.loads(index_path.read_text())
+index["manifests"] = [
+    m for m in index["manifests"] if m.get("annotations", {}).get(ref_key) != ref
+] + [{**built_by, "annotations": {**built_by.get("annotations", {}), ref_key: ref}}]
+index_path.with_name("index.json.tmp").write_text(json.dumps(index))
+os.replace(index_path.with_name("index.json.tmp"), index_path)
+digest = built_by["digest"]
 blob = lambda d: Path(layout) / "blobs" / d.replace(":", "/")
 manifest = json.loads(blob(digest).read_text())
 config = json.loads(blob(manifest["config"]["digest"]).read_text())
@@ -146,16 +189,5 @@ for row in rows:
         )
 PY
 
-# 5. what no image refers to any more: blobs of the layout (umoci gc), and unpacked images
-#    (the image tests', the test cluster's node agent's) of digests it no longer has
-#    (gc reads every blob, about a minute for the trainer's: only after a push)
-if [[ -n ${collect:-} ]]; then
-  umoci gc --layout "$build/oci"
-fi
-if [[ -d $build/bundles ]]; then
-  keep=$(grep -o 'sha256:[0-9a-f]*' "$build/oci/index.json" | tr : - | sort -u)
-  for bundle in "$build"/bundles/sha256-*; do
-    [[ -d $bundle ]] || continue
-    grep -qx "$(basename "$bundle")" <<< "$keep" || rm -rf "$bundle"
-  done
-fi
+# 5. the cache within its bound: image builds and entries no clone used for longest go first
+cache images-prune

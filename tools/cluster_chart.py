@@ -153,9 +153,7 @@ def main() -> int:
                 break
         except OSError:
             time.sleep(1)
-    kubectl = shutil.which("kubectl") or str(
-        next((ROOT / "tests/cluster/.build/bin").glob("*/kubectl"))
-    )
+    kubectl = shutil.which("kubectl") or str(_build.bin_dir() / "kubectl")
     print(
         f"\nAviflow is at http://{ip}/: log in as alice (team vision) or bob (team nlp) with "
         f"password {PASSWORD}, or as admin with {ADMIN_PASSWORD} (usage report at "

@@ -3,6 +3,7 @@
 #
 #   make cluster-build   build/check the binaries (cached; cold build is long, see README)
 #   make helm            build/check the helm CLI (cached) and print its path
+#   make kubectl         build/check the binaries and print kubectl's path
 #   make cluster-up      start a cluster in .cluster/ and print `export KUBECONFIG=...`
 #   make cluster-down    stop it and check no process is left
 #   make cluster-status  show pids/ports of the running cluster
@@ -15,13 +16,16 @@ CLUSTER_DIR ?= .cluster
 CLUSTER_CLI = PYTHONPATH=tests/cluster$(if $(PYTHONPATH),:$(PYTHONPATH)) GOTOOLCHAIN=local \
 	$(CLUSTER_PYTHON) -m aviflow_testcluster
 
-.PHONY: cluster-build cluster-up cluster-down cluster-status test-cluster helm
+.PHONY: cluster-build cluster-up cluster-down cluster-status test-cluster helm kubectl
 
 cluster-build:
 	$(CLUSTER_CLI) build
 
 helm:
 	@$(CLUSTER_CLI) helm
+
+kubectl:
+	@echo "$$($(CLUSTER_CLI) build 2>/dev/null)/kubectl"
 
 # Host mode: pods whose image `make images` has not built run on this machine's Python.
 cluster-up:

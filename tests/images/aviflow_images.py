@@ -1,12 +1,12 @@
 """The images built by ``images/build.sh`` for every test layer (registered by
 ``tests/conftest.py``): ``built_images`` (session) builds the hub, notebook and trainer once
-per session, its layer cache and wheelhouse kept in ``images/.build``, and returns each
-image's report row (tag, digest, layout, pinned packages); ``bundles`` (session) unpacks
-each once per digest. ``trainer_images_entry(row)`` is the row as an entry of the cluster
+per session (what builds them, in the build cache every clone shares: nothing is rebuilt that
+any clone built before) and returns each image's report row (tag, digest, layout, pinned
+packages); ``bundles`` (session) unpacks each, every layer once in that cache. ``trainer_images_entry(row)`` is the row as an entry of the cluster
 settings' ``images`` list; ``own_cluster(workdir, ...)`` is a small control plane of a test
 module's own, not in host mode (a pod runs in its image or not at all).
 
-``images/build.sh`` holds a lock of its own, so sessions started in parallel build in turn.
+``images/build.sh`` holds the image store's lock, so sessions (of any clone) build in turn.
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ def built_images() -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="session")
 def bundles(built_images: dict[str, dict[str, Any]]) -> dict[str, _oci.Bundle]:
     return {
-        name: _oci.unpack(Path(row["layout"]), row["ref"], BUILD / "bundles")
-        for name, row in built_images.items()
+        name: _oci.unpack(Path(row["layout"]), row["ref"]) for name, row in built_images.items()
     }
 
 

@@ -1,7 +1,9 @@
-"""Command line: ``python -m aviflow_testcluster {build,helm,up,down,status}``.
+"""Command line: ``python -m aviflow_testcluster {build,helm,up,down,status,cache}``.
 
 ``up`` starts a cluster whose processes outlive the command and prints the
 ``export KUBECONFIG=...`` line; ``down`` stops it and checks no process is left.
+``cache`` shows the build cache shared by every clone (``cache clean`` empties it, ``cache
+evict`` keeps it within its bound; the rest is for ``images/build.sh``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import _build, _procs
+from . import _build, _cache, _image_store, _procs
 from ._cluster import Cluster
 
 
@@ -41,7 +43,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="pods whose image is not in images/.build/oci run on the host (else ErrImagePull)",
     )
+    c = sub.add_parser("cache", help="the build cache shared by every clone")
+    c.add_argument(
+        "action",
+        nargs="?",
+        default="show",
+        choices=["show", "root", "clean", "evict", "seal", "images-env", "images-prune"],
+    )
+    c.add_argument("args", nargs="*", help="seal: DIR; images-env: BASE_KEY LOCK_HASH PROXY")
     args = ap.parse_args(argv)
+
+    if args.cmd == "cache":
+        return _cache_command(args.action, args.args)
 
     if args.cmd == "build":
         t0 = time.monotonic()
@@ -99,6 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     return 2
+
+
+def _cache_command(action: str, args: list[str]) -> int:
+    if action == "images-env":
+        if len(args) != 3:
+            print("cache images-env BASE_KEY LOCK_HASH PROXY_VERSION", file=sys.stderr)
+            return 2
+        print(_image_store.ImageStore(_cache.default_cache()).shell(*args), end="")
+        return 0
+    if action == "images-prune":
+        log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+        _image_store.prune(_image_store.ImageStore(_cache.default_cache()), log=log)
+        return 0
+    return _cache.main([action, *args])
 
 
 if __name__ == "__main__":

@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--images", default="", help="the OCI layout of images pods may run in (make images)"
     )
-    ap.add_argument("--image-cache", default="", help="where images are unpacked, per digest")
+    ap.add_argument(
+        "--image-cache", default="", help="the build cache images are unpacked into, per layer"
+    )
     ap.add_argument(
         "--host-mode",
         action="store_true",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from . import _oci
+from . import _cache, _oci
 from ._agent_common import SETUP_RETRY_SECONDS, log, waiting
 from ._agent_env import expand
 
@@ -20,7 +20,7 @@ class ImageMixin:
 
     def pull_images(self) -> bool:
         """Find every container's image in the agent's OCI layouts and unpack it (once per
-        digest, shared by all pods). An image that is not there: host mode runs the container
+        layer, shared by all pods and clusters). An image that is not there: host mode runs the container
         on the host; otherwise the pod waits like the kubelet's, ``ErrImagePull`` then
         ``ImagePullBackOff``, retrying until the image appears or the pod is deleted."""
         args = self.agent.args
@@ -36,7 +36,9 @@ class ImageMixin:
                 try:
                     if layout is None:
                         raise _oci.ImageError("the node agent has no image layouts")
-                    self.bundles[c["name"]] = _oci.unpack(layout, ref, Path(args.image_cache))
+                    self.bundles[c["name"]] = _oci.unpack(
+                        layout, ref, _cache.Cache(Path(args.image_cache))
+                    )
                 except _oci.ImageError as e:
                     if args.host_mode:
                         self.bundles[c["name"]] = None

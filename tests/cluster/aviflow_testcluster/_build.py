@@ -10,15 +10,15 @@ Everything comes from the Go module proxy, pinned by the committed ``go.mod`` /
 * ``go/helm``: the ``helm`` CLI (``helm.sh/helm/v4/cmd/helm``) for the chart's tests and
   people (:func:`build_helm`, ``make helm``), version-stamped as upstream's Makefile does.
 
-Binaries land in ``tests/cluster/.build/bin/<key>/`` where ``<key>`` hashes the
-module files and the build flags, so a warm start only checks that the files are
-there. The Go module and build caches are Go's own (``go env GOMODCACHE GOCACHE``).
+Binaries land in the build cache shared by every clone (``_cache``):
+``<cache>/cluster-bin/<key>/`` and ``<cache>/helm/<key>/helm``, where ``<key>`` hashes the
+module files, the build flags and the Go toolchain, so a warm start (in any clone) only
+checks that the files are there. The Go module and build caches are Go's own (``go env
+GOMODCACHE GOCACHE``).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
@@ -26,9 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from . import _cache
+
 HERE = Path(__file__).resolve().parent.parent  # tests/cluster
 GO_DIR = HERE / "go"
-BUILD_DIR = HERE / ".build"
 
 K8S_VERSION = "v1.35.4"
 KUEUE_VERSION = "v0.17.0"
@@ -72,52 +73,59 @@ def _helm_ldflags() -> str:
     return f"-s -w -X {pkg}.version={HELM_VERSION} -X {pkg}.gitTreeState=clean"
 
 
+def _go_version() -> str:
+    """The toolchain's ``go version`` line: a different Go builds different binaries."""
+    if shutil.which("go") is None:
+        raise RuntimeError("Go toolchain not found on PATH; it is needed to build the test cluster")
+    return subprocess.run(
+        ["go", "version"], env=_go_env(), check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def helm_key() -> str:
+    """Hash of what decides ``helm``: ``go/helm``'s module files, the flags, the toolchain."""
+    return _cache.key_of(
+        GO_DIR / "helm" / "go.mod", GO_DIR / "helm" / "go.sum", _helm_ldflags(), _go_version()
+    )
+
+
 def helm_path() -> Path:
-    """Where :func:`build_helm` puts ``helm`` (its key hashes ``go/helm`` and the flags)."""
-    h = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        h.update((GO_DIR / "helm" / name).read_bytes())
-    h.update(_helm_ldflags().encode())
-    return BUILD_DIR / "helm" / h.hexdigest()[:16] / "helm"
+    """Where :func:`build_helm` puts ``helm``: ``<cache>/helm/<key>/helm``."""
+    return _cache.default_cache().entry("helm", helm_key()).path / "helm"
 
 
 def build_helm(*, log=None) -> Path:
     """Build ``helm`` from the module proxy if needed (cached; about 5 min cold on 2 cores)
-    and return its path. Serialised with the cluster build by the same file lock."""
+    and return its path."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    target = helm_path()
-    if target.is_file():
-        return target
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    with open(BUILD_DIR / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name("helm.tmp")
+
+    def make(tmp: Path) -> None:
         t0 = time.monotonic()
-        log(f"building helm {HELM_VERSION} into {target.parent}")
+        log(f"building helm {HELM_VERSION} into the cache ({_cache.cache_root()}/helm)")
         cmd = ["go", "build", "-trimpath", "-buildvcs=false", f"-ldflags={_helm_ldflags()}"]
-        _run([*cmd, "-o", str(tmp), "helm.sh/helm/v4/cmd/helm"], GO_DIR / "helm", log)
-        tmp.rename(target)
+        _run([*cmd, "-o", str(tmp / "helm"), "helm.sh/helm/v4/cmd/helm"], GO_DIR / "helm", log)
         log(f"built helm in {time.monotonic() - t0:.0f}s")
-        return target
+
+    entry = _cache.default_cache().entry("helm", helm_key())
+    return entry.ensure(make, log=log) / "helm"
 
 
 def build_key() -> str:
-    """Hash of everything that decides the binaries' contents."""
-    h = hashlib.sha256()
-    for sub in ("k8s", "kueue"):
-        for name in ("go.mod", "go.sum"):
-            h.update((GO_DIR / sub / name).read_bytes())
-    h.update((GO_DIR / "k8s" / "cmd" / "etcd" / "main.go").read_bytes())
-    h.update(_k8s_ldflags().encode())
-    h.update(_kueue_ldflags().encode())
-    return h.hexdigest()[:16]
+    """Hash of everything that decides the binaries' contents: both modules' files, the etcd
+    main, the link flags and the Go toolchain."""
+    files = [GO_DIR / sub / name for sub in ("k8s", "kueue") for name in ("go.mod", "go.sum")]
+    return _cache.key_of(
+        *files,
+        GO_DIR / "k8s" / "cmd" / "etcd" / "main.go",
+        _k8s_ldflags(),
+        _kueue_ldflags(),
+        _go_version(),
+    )
 
 
 def bin_dir() -> Path:
-    return BUILD_DIR / "bin" / build_key()
+    """``<cache>/cluster-bin/<key>``: the binaries of this checkout's pins (maybe not built)."""
+    return _cache.default_cache().entry("cluster-bin", build_key()).path
 
 
 def binaries_present(directory: Path | None = None) -> bool:
@@ -141,29 +149,25 @@ def _run(cmd: list[str], cwd: Path, log) -> None:
 def build(*, jobs: int | None = None, force: bool = False, log=None) -> Path:
     """Build (if needed) and return the directory holding all binaries.
 
-    Safe to call from several processes at once (pytest-xdist workers, make):
-    a file lock serialises builders and later callers find the result.
+    Safe to call from several processes and clones at once (pytest-xdist workers, make): the
+    cache entry's lock serialises builders and later callers find the result.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    target = bin_dir()
-    if binaries_present(target) and not force:
-        return target
-    if shutil.which("go") is None:
-        raise RuntimeError("Go toolchain not found on PATH; it is needed to build the test cluster")
+    entry = _cache.default_cache().entry("cluster-bin", build_key())
+    if force and entry.ready():
+        entry.remove()
+    if binaries_present(entry.path):
+        entry.touch()
+        return entry.path
     jobs = (
         jobs or int(os.environ.get("AVIFLOW_CLUSTER_BUILD_JOBS", 0)) or min(2, os.cpu_count() or 1)
     )
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    with open(BUILD_DIR / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binaries_present(target) and not force:
-            return target
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+
+    def make(tmp: Path) -> None:
         t0 = time.monotonic()
         log(
-            f"building test-cluster binaries into {target} (go build -p {jobs}; cold: tens of minutes)"
+            f"building test-cluster binaries into {entry.path} (go build -p {jobs}; "
+            "cold: tens of minutes)"
         )
         # -buildvcs=false: the consumer modules live inside Aviflow's git checkout, whose
         # status is irrelevant to the binaries (and unreadable for a foreign-owned checkout).
@@ -187,10 +191,9 @@ def build(*, jobs: int | None = None, force: bool = False, log=None) -> Path:
         missing = [b for b in BINARIES if not (tmp / b).is_file()]
         if missing:
             raise RuntimeError(f"build finished without {missing}")
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
         log(f"built test-cluster binaries in {time.monotonic() - t0:.0f}s")
-        return target
+
+    return entry.ensure(make, log=log)
 
 
 def module_dir(module: str, gomod_dir: Path) -> Path:

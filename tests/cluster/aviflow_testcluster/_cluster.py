@@ -34,7 +34,7 @@ import yaml
 
 from aviflow import _ports
 
-from . import _build, _certs, _kueue, _nodes, _procs
+from . import _build, _cache, _certs, _kueue, _nodes, _procs
 
 K8S_CONTROLLERS = (
     "job-controller",
@@ -141,7 +141,6 @@ def _claim_ip_block(root: Path, cluster_id: str) -> int:
 _CLAIMS_ROOT = Path("/tmp/aviflow-testcluster")
 _REPO = Path(__file__).resolve().parents[3]
 DEFAULT_IMAGES = _REPO / "images" / ".build" / "oci"
-DEFAULT_IMAGE_CACHE = _REPO / "images" / ".build" / "bundles"
 
 
 def _kubeconfig(server: str, ca: bytes, crt: bytes, key: bytes, user: str = "admin") -> dict:
@@ -180,7 +179,8 @@ class Cluster:
     ip_block: int = 0
     nodes: list[dict] = field(default_factory=list)
     api_services: list[str] = field(default_factory=list)
-    # the OCI layout whose images pods run in (images/build.sh), where they are unpacked, and
+    # the OCI layout whose images pods run in (images/build.sh), the build cache their layers
+    # are unpacked into, and
     # whether a pod whose image is not there runs on the host instead of ErrImagePull
     images: str = ""
     image_cache: str = ""
@@ -297,7 +297,7 @@ class Cluster:
         timeout: float = 180,
         log: Callable[[str], None] | None = None,
         images: Path | None = DEFAULT_IMAGES,
-        image_cache: Path = DEFAULT_IMAGE_CACHE,
+        image_cache: Path | None = None,
         host_mode: bool = False,
     ) -> Cluster:
         """Build if needed, then start everything and wait until it is usable.
@@ -324,7 +324,7 @@ class Cluster:
             self.nodes = [n.to_json() for n in _nodes.default_nodes(hgx_nodes, cpu_nodes)]
             self._die_with_parent = die_with_parent
             self.images = str(images or "")
-            self.image_cache = str(image_cache)
+            self.image_cache = str(image_cache or _cache.cache_root())
             self.host_mode = host_mode
             try:
                 self._start(list(kueue_frameworks), timeout, log)

@@ -1,0 +1,146 @@
+"""The build cache every clone shares (``_cache``): an entry is made once however many
+processes ask for it at the same time, a failed make leaves nothing, eviction takes the least
+recently used first and never what is in use, and a second clone finds what the first built."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aviflow_testcluster import _cache, _image_store, _oci
+
+HERE = Path(__file__).resolve().parent
+
+
+def _make_slowly(root: str, log: str) -> str:
+    def make(tmp: Path) -> None:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.5)
+        (tmp / "out").write_text("made")
+
+    return str(_cache.Cache(Path(root)).entry("thing", "k1").ensure(make))
+
+
+def test_an_entry_is_made_once_however_many_ask_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "makes.log"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        paths = pool.starmap(_make_slowly, [(str(tmp_path / "c"), str(log))] * 3)
+    assert paths == [str(tmp_path / "c" / "thing" / "k1")] * 3
+    assert len(log.read_text().splitlines()) == 1
+    assert (Path(paths[0]) / "out").read_text() == "made"
+    assert sorted(p.name for p in (tmp_path / "c" / "thing").iterdir()) == [".k1.lock", "k1"]
+
+
+def test_a_failed_make_leaves_nothing_and_the_next_caller_makes_it(tmp_path: Path) -> None:
+    cache = _cache.Cache(tmp_path)
+    entry = cache.entry("thing", "k1")
+
+    def broken(tmp: Path) -> None:
+        (tmp / "half").write_text("x")
+        raise RuntimeError("the build failed")
+
+    with pytest.raises(RuntimeError, match="the build failed"):
+        entry.ensure(broken)
+    assert not entry.ready() and not entry.path.exists()
+    assert [p.name for p in (tmp_path / "thing").iterdir()] == [".k1.lock"]
+    assert (entry.ensure(lambda d: (d / "ok").write_text("y")) / "ok").read_text() == "y"
+
+
+def _entry(cache: _cache.Cache, kind: str, key: str, size: int, age_hours: float) -> Path:
+    path = cache.entry(kind, key).ensure(lambda d: (d / "blob").write_bytes(b"x" * size))
+    used = time.time() - age_hours * 3600
+    os.utime(path / _cache.META, (used, used))
+    return path
+
+
+def test_eviction_takes_the_least_recently_used_and_spares_what_is_in_use(tmp_path: Path) -> None:
+    cache = _cache.Cache(tmp_path / "c")
+    oldest = _entry(cache, "cluster-bin", "a", 400_000, age_hours=30)
+    locked = _entry(cache, "images/layers", "b", 400_000, age_hours=20)
+    old = _entry(cache, "helm", "c", 400_000, age_hours=10)
+    recent = _entry(cache, "images/layers", "d", 400_000, age_hours=0.5)  # within the grace
+    assert {e.key: e.size > 400_000 for e in cache.entries()} == dict.fromkeys("abcd", True)
+    bound = cache.size() - 500_000  # two entries must go
+    with _cache._flock(cache.entry("images/layers", "b").lock_path, shared=True):  # a reader
+        removed = _cache.evict(cache, bound=bound)
+    assert removed == [oldest, old]
+    assert [e.key for e in cache.entries()] == ["b", "d"] and locked.exists() and recent.exists()
+    assert not [p for p in (tmp_path / "c").rglob("*evicted*")]
+    # within the bound: nothing is touched
+    assert _cache.evict(cache, bound=cache.size()) == []
+    # over it with only recent entries left: nothing goes, and it says why
+    said: list[str] = []
+    assert _cache.evict(cache, bound=1, grace=3600 * 24, log=said.append) == []
+    assert "used within the last hour" in said[-1]
+
+
+def test_a_bad_bound_or_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="AVIFLOW_CACHE_MAX_GB must be a number of GB, not 'lots'"):
+        _cache.max_bytes({"AVIFLOW_CACHE_MAX_GB": "lots"})
+    with pytest.raises(ValueError, match="must be above 0"):
+        _cache.max_bytes({"AVIFLOW_CACHE_MAX_GB": "-1"})
+    for kind, key in (("a", "../b"), ("../a", "b"), ("a", ".hidden"), ("", "b")):
+        with pytest.raises(ValueError, match="bad cache entry"):
+            _cache.Cache(Path("/c")).entry(kind, key)
+
+
+def test_clean_removes_the_whole_cache_and_show_lists_it(tmp_path: Path) -> None:
+    env = {**os.environ, "AVIFLOW_CACHE_DIR": str(tmp_path / "c")}
+    _entry(_cache.Cache(tmp_path / "c"), "helm", "k", 1000, age_hours=2)
+    script = HERE / "aviflow_testcluster" / "_cache.py"  # standard library only: no .venv
+    shown = subprocess.run(
+        ["python3", str(script), "show"], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert shown[0].startswith(f"{tmp_path / 'c'}: 0.00 GB (bound 60 GB")
+    assert shown[1].endswith("used    2.0 h ago  helm/k")
+    subprocess.run(["python3", str(script), "clean"], env=env, capture_output=True, check=True)
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_second_clone_finds_the_binaries_the_first_built(tmp_path: Path) -> None:
+    """The keys hash what builds the binaries, never where the checkout is."""
+    clone = tmp_path / "clone" / "tests" / "cluster"
+    shutil.copytree(HERE / "go", clone / "go")
+    shutil.copytree(HERE / "aviflow_testcluster", clone / "aviflow_testcluster")
+    code = (
+        "import json; from aviflow_testcluster import _build; "
+        "print(json.dumps([str(_build.bin_dir()), str(_build.helm_path())]))"
+    )
+    env = {**os.environ, "AVIFLOW_CACHE_DIR": str(tmp_path / "cache")}
+
+    def paths(where: Path) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=where,
+            env={**env, "PYTHONPATH": str(where)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    mine, theirs = paths(HERE), paths(clone)
+    assert mine == theirs
+    assert mine[0].startswith(f"{tmp_path / 'cache'}/cluster-bin/")
+    assert mine[1].startswith(f"{tmp_path / 'cache'}/helm/") and mine[1].endswith("/helm")
+    # a changed pin is a new entry
+    with open(clone / "go" / "kueue" / "go.sum", "a") as f:
+        f.write("\n")
+    assert paths(clone)[0] != mine[0] and paths(clone)[1] == mine[1]
+
+
+@pytest.mark.parametrize("module", [_cache, _oci, _image_store])
+def test_the_docstring_examples_hold(module: object) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+    assert result.failed == 0 and (result.attempted > 0 or module is _image_store), result
