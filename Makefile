@@ -82,7 +82,7 @@ demo: venv
 	$(PY) -m aviflow.examples.demo
 
 test: venv labextension sysdeps lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # ruff (lint and format) on everything, mypy --strict on the core package (pyproject.toml)
 lint: venv

@@ -55,12 +55,18 @@ from aviflow.store import CHECKPOINT_MARKER, atomic_write
 
 # The real control plane (tests/cluster): `k8s_cluster` and `k8s_namespace` for every layer;
 # Aviflow on it (tests/k8s/aviflow_pool.py): `crd_installed`, `make_pool`.
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # aviflow_layers: markers, times
 sys.path.insert(0, str(Path(__file__).resolve().parent / "cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "k8s"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "images"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hub"))  # aviflow_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent / "extensions"))  # aviflow_jupyter_server
-pytest_plugins = ["aviflow_testcluster.pytest_plugin", "aviflow_images", "aviflow_pool"]
+pytest_plugins = [
+    "aviflow_layers",
+    "aviflow_testcluster.pytest_plugin",
+    "aviflow_images",
+    "aviflow_pool",
+]
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import aviflow_layers
 import pytest
 
 from aviflow_testcluster import _cache, _image_store, _oci
@@ -140,7 +141,7 @@ def test_a_second_clone_finds_the_binaries_the_first_built(tmp_path: Path) -> No
     assert paths(clone)[0] != mine[0] and paths(clone)[1] == mine[1]
 
 
-@pytest.mark.parametrize("module", [_cache, _oci, _image_store])
+@pytest.mark.parametrize("module", [_cache, _oci, _image_store, aviflow_layers])
 def test_the_docstring_examples_hold(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.failed == 0 and (result.attempted > 0 or module is _image_store), result
