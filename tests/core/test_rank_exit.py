@@ -10,63 +10,50 @@ with ``pthread_exit``, and that unwinding through the work's ``noexcept`` destru
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import aviflow
+from aviflow.backends.local import LocalBackend
 from aviflow.records import JobState
 
 pytestmark = pytest.mark.training
 
-JOBS = 10
-WAIT = 1200  # seconds for all of them: a loaded 2-core machine takes minutes per 2 x 2 job
+# The script (tests/core/scripts/plain_exit.py, also bench/rank_exit.py's) is a plain
+# accelerate script; a long switch interval in it takes the load out of the race. The race is
+# per rank: what catches it is the number of ranks that exit, 48 here in 3 jobs of 16 (the
+# suite used to run 10 jobs of 4, 40 ranks: 4 of 16 such jobs aborted before the fix, about
+# 7% of ranks, so 40 ranks missed it about 6% of the time, 48 about 3%). Each rank costs a
+# torch import either way, but 3 jobs share the starting, rendezvous and exit waits that 10
+# paid in turn. bench/rank_exit.py runs the full count against a bare accelerate launch of
+# the same script, which finalizes as the ranks used to (17% of its ranks abort here).
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "plain_exit.py"
+JOBS, NODES, PROCS = 3, 2, 8
+WAIT = 1200  # seconds for all of them: a loaded 2-core machine takes minutes per 2 x 8 job
 
-# A plain accelerate script: no aviflow import, no end_training(), no destroy_process_group().
-# The race is lost when the worker asks for the GIL less than a switch interval (5 ms) before
-# the main thread starts finalizing; on a loaded machine the worker usually gets the GIL
-# first and a run aborts only now and then (1 in 6 jobs in the issue, rarer here). A long
-# switch interval takes the load out of it: a waiting worker never forces the main thread to
-# hand over the GIL, so every rank whose worker frees that last work after the main thread
-# has moved on aborts: 4 of 16 jobs before the fix, so 10 jobs miss it about 6% of the time
-# (a suite-time compromise: each 2 x 2 job costs ~30 s on 2 cores).
-# Nothing is printed after the loop (a write releases the GIL): rank 0 is exposed like the rest.
-PLAIN_SCRIPT = """\
-import sys
 
-sys.setswitchinterval(5.0)
-
-import torch
-from accelerate import Accelerator
-
-accelerator = Accelerator()
-torch.manual_seed(0)
-model = torch.nn.Linear(8, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-model, optimizer = accelerator.prepare(model, optimizer)
-accelerator.print("training")
-for step in range(20):
-    x = torch.randn(16, 8)
-    loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
-    accelerator.backward(loss)
-    optimizer.step()
-    optimizer.zero_grad()
-"""
+@pytest.fixture
+def backend(run_root: Path, stop_jobs: Any) -> Iterator[LocalBackend]:
+    """Room for one 2 x 8 job at a time."""
+    yield LocalBackend(root=run_root, capacity=NODES * PROCS)
+    stray = stop_jobs(run_root)
+    assert not stray, f"jobs left processes behind: {stray}"
 
 
 @pytest.mark.timeout(WAIT + 120)
 def test_finished_plain_accelerate_script_exits_cleanly_every_time(
-    local_backend, tmp_path: Path, leftover_processes
-):
-    script = tmp_path / "plain_train.py"
-    script.write_text(PLAIN_SCRIPT)
+    backend: LocalBackend, leftover_processes: Any
+) -> None:
     jobs = [
         aviflow.submit(
             {
                 "metadata": {"name": f"plain-exit-{i}"},
-                "spec": {"nodes": 2, "gpusPerNode": 2, "scriptFile": str(script)},
+                "spec": {"nodes": NODES, "gpusPerNode": PROCS, "scriptFile": str(SCRIPT)},
             },
-            backend=local_backend,
+            backend=backend,
         )
         for i in range(JOBS)
     ]
@@ -74,7 +61,7 @@ def test_finished_plain_accelerate_script_exits_cleanly_every_time(
     for job in jobs:
         state = job.wait(timeout=WAIT)
         kinds = [e.type for e in job.events()]
-        aborted = [r for r in range(4) if "terminate called" in job.logs(rank=r)]
+        aborted = [r for r in range(NODES * PROCS) if "terminate called" in job.logs(rank=r)]
         if (
             state != JobState.SUCCEEDED
             or kinds != ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]
