@@ -18,6 +18,7 @@ import aviflow_layers
 import pytest
 
 from aviflow_testcluster import _cache, _image_store, _oci
+from oci_layouts import layer, write_layout
 
 HERE = Path(__file__).resolve().parent
 
@@ -145,3 +146,35 @@ def test_a_second_clone_finds_the_binaries_the_first_built(tmp_path: Path) -> No
 def test_the_docstring_examples_hold(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.failed == 0 and (result.attempted > 0 or module is _image_store), result
+
+
+def test_past_the_bound_the_oldest_image_build_goes_with_its_own_blobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Image builds are units of eviction too: the oldest one's ref leaves the shared layout,
+    ``umoci gc`` frees the blobs only it had, and a newer build keeps every blob it needs."""
+    store = _image_store.ImageStore(_cache.Cache(tmp_path / "c"))
+    shared = layer({"base/": None, "base/f": "x" * 100_000})
+    old, new = layer({"old": os.urandom(150_000).hex()}), layer({"new": "n"})
+    write_layout(store.layout, {"trainer-1-aaaa": [shared, old], "trainer-1-bbbb": [shared, new]})
+    store.refs.mkdir(parents=True)
+    for ref, age_hours in (("trainer-1-aaaa", 30), ("trainer-1-bbbb", 2)):
+        stamp = store.refs / ref
+        stamp.write_text(json.dumps({"name": "trainer", "id": ""}))
+        used = time.time() - age_hours * 3600
+        os.utime(stamp, (used, used))
+    blobs = lambda: {p.name for p in (store.layout / "blobs" / "sha256").iterdir()}  # noqa: E731
+    before = blobs()
+    candidates = {c.path.name: c.size for c in store.builds()}
+    # (what removing it frees: the blobs no other build has, in the layout and in buildah's)
+    assert 3 * len(old) < candidates["trainer-1-aaaa"] < 3 * len(old) + 10_000
+    assert candidates["trainer-1-bbbb"] < 10_000
+    monkeypatch.setenv("AVIFLOW_CACHE_MAX_GB", str(_cache.du(tmp_path / "c") / 1e9 - 0.0002))
+    removed = _image_store.prune(store)
+    assert removed == [store.refs / "trainer-1-aaaa"]
+    index = json.loads((store.layout / "index.json").read_text())
+    refs = [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]]
+    assert refs == ["trainer-1-bbbb"] and [p.name for p in store.refs.iterdir()] == refs
+    kept = blobs()
+    assert kept < before and len(before - kept) == 3  # the old build's manifest, config, layer
+    assert _oci.unpack(store.layout, "trainer-1-bbbb", store.cache).lookup("/base/f") is not None

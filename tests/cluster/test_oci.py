@@ -4,19 +4,16 @@ with overlayfs' whiteouts, then run for real."""
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
 import os
 import stat
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from aviflow_testcluster import _cache, _oci
+from oci_layouts import layer, write_layout
 
 
 def bundle(tmp_path: Path, user: str = "1000:1000") -> _oci.Bundle:
@@ -30,8 +27,8 @@ def bundle(tmp_path: Path, user: str = "1000:1000") -> _oci.Bundle:
         }
     }
     layers = (tmp_path / "base", tmp_path / "top")
-    for layer in layers:
-        layer.mkdir(exist_ok=True)
+    for d in layers:
+        d.mkdir(exist_ok=True)
     return _oci.Bundle(layers, "sha256:abc", config)
 
 
@@ -146,78 +143,20 @@ def test_mount_points_resolve_symlinks_inside_the_image(tmp_path: Path) -> None:
 # -- layers ------------------------------------------------------------------------------------
 
 
-def _layer(files: dict[str, str | None], links: dict[str, str] | None = None) -> bytes:
-    """A gzipped layer tar: ``files`` (name -> text; None: a directory), ``links`` (symlinks)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        for name, text in files.items():
-            info = tarfile.TarInfo(name)
-            if text is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            else:
-                data = text.encode()
-                info.size, info.mode = len(data), 0o644
-                tar.addfile(info, io.BytesIO(data))
-        for name, target in (links or {}).items():
-            info = tarfile.TarInfo(name)
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
-    return out.getvalue()
-
-
-def _layout(path: Path, images: dict[str, list[bytes]]) -> None:
-    """An OCI layout with one image per ref, each of the given layers."""
-    blobs = path / "blobs" / "sha256"
-    blobs.mkdir(parents=True, exist_ok=True)
-
-    def put(data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        (blobs / digest).write_bytes(data)
-        return f"sha256:{digest}"
-
-    manifests = []
-    for ref, layers in images.items():
-        diff_ids = [f"sha256:{hashlib.sha256(gzip.decompress(b)).hexdigest()}" for b in layers]
-        config = {
-            "config": {"Cmd": ["/bin/sh"]},
-            "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        }
-        config_blob = json.dumps(config).encode()
-        manifest = {
-            "schemaVersion": 2,
-            "config": {"digest": put(config_blob), "size": len(config_blob)},
-            "layers": [
-                {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": put(b),
-                 "size": len(b)} for b in layers
-            ],
-        }  # fmt: skip
-        data = json.dumps(manifest).encode()
-        manifests.append(
-            {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": put(data),
-                "size": len(data),
-                "annotations": {"org.opencontainers.image.ref.name": ref},
-            }
-        )
-    (path / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": manifests}))
-
-
 # A root with the host's /usr bound in (bin, lib and lib64 are links into it, as on Debian),
 # then: a removed file, an opaque directory, a file replaced by a directory above it.
-BASE = _layer(
+BASE = layer(
     {"data/": None, "data/a": "a", "data/b": "b", "keep/": None, "keep/x": "x", "keep/sub/z": "z",
      "usr/": None, "proc/": None, "dev/": None, "tmp/": None, "etc/": None,
      "etc/passwd": "root:x:0:0::/root:/bin/sh\n"},
     {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "var/run": "/run"},
 )  # fmt: skip
-TOP = _layer({"data/.wh.a": "", "keep/": None, "keep/.wh..wh..opq": "", "keep/y": "y"})
-OTHER = _layer({"data/c": "c"})
+TOP = layer({"data/.wh.a": "", "keep/": None, "keep/.wh..wh..opq": "", "keep/y": "y"})
+OTHER = layer({"data/c": "c"})
 
 
 def test_layers_unpack_once_each_with_overlay_whiteouts(tmp_path: Path) -> None:
-    _layout(tmp_path / "oci", {"one-1.0": [BASE, TOP], "two-1.0": [BASE, OTHER]})
+    write_layout(tmp_path / "oci", {"one-1.0": [BASE, TOP], "two-1.0": [BASE, OTHER]})
     cache = _cache.Cache(tmp_path / "cache")
     one = _oci.unpack(tmp_path / "oci", "one-1.0", cache)
     two = _oci.unpack(tmp_path / "oci", "two-1.0", cache)
@@ -239,7 +178,7 @@ def test_layers_unpack_once_each_with_overlay_whiteouts(tmp_path: Path) -> None:
 
 
 def test_a_run_sees_the_layers_as_one_root(tmp_path: Path) -> None:
-    _layout(tmp_path / "oci", {"one-1.0": [BASE, TOP]})
+    write_layout(tmp_path / "oci", {"one-1.0": [BASE, TOP]})
     one = _oci.unpack(tmp_path / "oci", "one-1.0", _cache.Cache(tmp_path / "cache"))
     argv = _oci.run_argv(
         one,

@@ -155,5 +155,10 @@ def prune(store: ImageStore, log: Callable[[str], None] | None = None) -> list[P
     removed = _cache.evict(store.cache, extra=store.builds(), log=log)
     if any(p.parent == store.refs for p in removed):
         subprocess.run(["umoci", "gc", "--layout", str(store.layout)], check=False)
-        store.buildah("rmi", "--prune")
+        # untagged images without children, then their parents: what no tagged image builds
+        # on (the layer cache of the images tagged now stays)
+        for _ in range(32):
+            done = store.buildah("rmi", "--prune")
+            if done.returncode != 0 or not done.stdout.strip():
+                break
     return removed
