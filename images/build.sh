@@ -61,6 +61,7 @@ base=localhost/aviflow/base:$(cat "$BASE_DIR/rootfs.tar.sha256" images/base/Cont
 if ! buildah "${store[@]}" inspect --type image "$base" >/dev/null 2>&1; then
   buildah "${store[@]}" bud --quiet --isolation chroot --timestamp 0 \
     -f images/base/Containerfile -t "$base" "$BASE_DIR" >/dev/null
+  changed=1
 fi
 
 # 2. the wheelhouse (every wheel of the lock; the builds install offline from it), the aviflow
@@ -124,6 +125,7 @@ PY
   then
     umoci rm --image "$LAYOUT:$build_ref" 2>/dev/null || true
     buildah "${store[@]}" push --quiet "$image" "oci:$LAYOUT:$build_ref"
+    changed=1
   fi
   printf '{"name": "%s", "id": "%s"}\n' "$name" "$id" > "$REFS/$build_ref"  # (its last use)
   if [[ -n ${REGISTRY:-} ]]; then
@@ -190,4 +192,5 @@ for row in rows:
 PY
 
 # 5. the cache within its bound: image builds and entries no clone used for longest go first
-cache images-prune
+#    (the stores are measured again after a build wrote to them)
+cache images-prune ${changed:+changed}

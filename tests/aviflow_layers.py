@@ -100,7 +100,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if HUB_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("hub")
     if hasattr(config, "workerinput"):  # an xdist worker: the scheduler takes this order
-        items[:] = longest_first(items, known_durations())
+        items[:] = longest_first(items, config.workerinput.get("aviflow_durations", {}))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """(xdist, on the controller) Every worker orders by the same times, read once here: a
+    session that ends meanwhile may rewrite the file, and workers that collect different
+    orders abort the run."""
+    node.workerinput["aviflow_durations"] = known_durations()  # type: ignore[attr-defined]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

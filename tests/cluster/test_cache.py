@@ -178,3 +178,31 @@ def test_past_the_bound_the_oldest_image_build_goes_with_its_own_blobs(
     kept = blobs()
     assert kept < before and len(before - kept) == 3  # the old build's manifest, config, layer
     assert _oci.unpack(store.layout, "trainer-1-bbbb", store.cache).lookup("/base/f") is not None
+
+
+def test_modules_run_longest_first_by_the_last_runs_times() -> None:
+    """What the workers are handed: the modules in order of their last times (or their layer's
+    typical time), each module's own tests in their order."""
+
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid, self.path = nodeid, aviflow_layers.TESTS.parent / nodeid.split("::")[0]
+
+    ids = [
+        "tests/cluster/test_oci.py::a",
+        "tests/core/test_spec.py::a",
+        "tests/core/test_spec.py::b",
+        "tests/k8s/test_trainjobs.py::a",
+        "tests/core/test_training.py::a",
+        "tests/core/test_training.py::b",
+    ]
+    known = {"tests/core/test_training.py": 400.0, "tests/core/test_spec.py": 1.0}
+    ordered = aviflow_layers.longest_first([Item(i) for i in ids], known)  # type: ignore[list-item]
+    assert [i.nodeid for i in ordered] == [
+        "tests/core/test_training.py::a",
+        "tests/core/test_training.py::b",
+        "tests/k8s/test_trainjobs.py::a",  # not measured yet: a k8s module's typical 120 s
+        "tests/cluster/test_oci.py::a",  # a cluster module's 10 s
+        "tests/core/test_spec.py::a",
+        "tests/core/test_spec.py::b",
+    ]

@@ -50,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         default="show",
         choices=["show", "root", "clean", "evict", "seal", "images-env", "images-prune"],
     )
-    c.add_argument("args", nargs="*", help="seal: DIR; images-env: BASE_KEY LOCK_HASH PROXY")
+    c.add_argument(
+        "args",
+        nargs="*",
+        help="seal: DIR; images-env: BASE_KEY LOCK_HASH PROXY; images-prune: [changed]",
+    )
     args = ap.parse_args(argv)
 
     if args.cmd == "cache":
@@ -121,9 +125,10 @@ def _cache_command(action: str, args: list[str]) -> int:
             return 2
         print(_image_store.ImageStore(_cache.default_cache()).shell(*args), end="")
         return 0
-    if action == "images-prune":
+    if action == "images-prune":  # [changed]: a build wrote to the stores
         log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-        _image_store.prune(_image_store.ImageStore(_cache.default_cache()), log=log)
+        store = _image_store.ImageStore(_cache.default_cache())
+        _image_store.prune(store, log=log, changed=args == ["changed"])
         return 0
     return _cache.main([action, *args])
 

@@ -3,8 +3,8 @@ and then reuse (the control plane's binaries and helm, the images' base, wheelho
 layer store and layout, unpacked image layers).
 
 Where it lives: ``$AVIFLOW_CACHE_DIR``, else ``$XDG_CACHE_HOME/aviflow``, else
-``~/.cache/aviflow`` (:func:`cache_root`). ``make clean-cache`` removes it;
-``python -m aviflow_testcluster cache`` shows what is in it.
+``~/.cache/aviflow`` (:func:`cache_root`). ``make cache`` shows what is in it (this file run as
+a script: it needs only the standard library), ``make clean-cache`` removes it.
 
 An **entry** is a directory ``<root>/<kind>/<key>`` whose key hashes whatever built it
 (:func:`key_of`), so every clone with the same inputs finds the same entry and a changed input
@@ -14,13 +14,15 @@ never sees half an entry); it is never changed afterwards. Its ``.aviflow-entry`
 size, and that file's mtime is the entry's last use (:meth:`Entry.touch`).
 
 **Stores** are the two shared, mutable parts the image build owns (buildah's layer store and
-the OCI layout, ``images/build.sh``); their units are image builds, each with a stamp file
-(``images/refs/<ref>``) whose mtime is its last use, pruned by ``images/build.sh`` itself.
+the OCI layout, ``_image_store``); their units are image builds, each with a stamp file
+(``images/refs/<ref>``) whose mtime is its last use. Their size is measured when a build
+changed them and recorded (``.stores-size``), so the cache's size is the sum of recorded sizes
+and keeping it in bound costs no walk of the whole cache.
 
 :func:`evict` keeps the cache within its bound (``AVIFLOW_CACHE_MAX_GB``, default 60): least
-recently used first, it removes entries (and hands image builds to ``prune`` when it is given
-one) until the cache fits, never one used within the grace period (an hour: a test session
-still using it) nor one whose lock another process holds (being made or read).
+recently used first, it removes entries (and the image builds it is given as candidates:
+``_image_store.prune``) until the cache fits, never one used within the grace period (an hour:
+a test session still using it) nor one whose lock another process holds (being made or read).
 
 >>> import tempfile
 >>> c = Cache(Path(tempfile.mkdtemp()))
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 META = ".aviflow-entry"
+STORES_SIZE = ".stores-size"  # bytes of the image stores, as last measured
 DEFAULT_MAX_BYTES = 60 * 10**9
 GRACE_SECONDS = 3600.0
 # kinds whose entries sit one level deeper (<root>/images/<kind>/<key>)
@@ -262,7 +265,20 @@ class Cache:
         return out
 
     def size(self) -> int:
-        return du(self.root)
+        """The entries' recorded sizes and the stores' last measured one (no walk)."""
+        return sum(e.size for e in self.entries()) + self.stores_size()
+
+    def stores_size(self) -> int:
+        try:
+            return int(json.loads((self.root / STORES_SIZE).read_text())["bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def record_stores_size(self, size: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{STORES_SIZE}.{os.getpid()}"
+        tmp.write_text(json.dumps({"bytes": size, "measured": time.time()}))
+        tmp.replace(self.root / STORES_SIZE)
 
     def clean(self) -> None:
         """Remove everything (unmounting what buildah's store left mounted under it first)."""
@@ -307,7 +323,7 @@ def evict(
 ) -> list[Path]:
     """Remove the least recently used entries (and ``extra`` candidates) until the cache is
     within ``bound``; return what was removed. Skips what is in ``keep``, what was used within
-    ``grace`` seconds, and entries whose lock is held. Cheap when the cache fits: one ``du``."""
+    ``grace`` seconds, and entries whose lock is held. Cheap: it reads recorded sizes."""
     bound = max_bytes() if bound is None else bound
     total = cache.size()
     if total <= bound:

@@ -148,10 +148,22 @@ class ImageStore:
         )
 
 
-def prune(store: ImageStore, log: Callable[[str], None] | None = None) -> list[Path]:
+def measure(store: ImageStore) -> int:
+    """Measure the stores (buildah's, the layout) and record it for the cache's size."""
+    size = _cache.du(store.storage) + _cache.du(store.layout)
+    store.cache.record_stores_size(size)
+    return size
+
+
+def prune(
+    store: ImageStore, log: Callable[[str], None] | None = None, *, changed: bool = True
+) -> list[Path]:
     """Keep the cache within its bound, image builds and entries alike, least recently used
-    first (``images/build.sh`` calls it while it holds the store's lock). After image builds
-    were removed, the blobs and buildah layers no build refers to any more go too."""
+    first (``images/build.sh`` calls it while it holds the store's lock; ``changed``: a build
+    wrote to the stores, so they are measured again). After image builds were removed, the
+    blobs and buildah layers no build refers to any more go too."""
+    if changed or not store.cache.stores_size():
+        measure(store)
     removed = _cache.evict(store.cache, extra=store.builds(), log=log)
     if any(p.parent == store.refs for p in removed):
         subprocess.run(["umoci", "gc", "--layout", str(store.layout)], check=False)
@@ -161,4 +173,5 @@ def prune(store: ImageStore, log: Callable[[str], None] | None = None) -> list[P
             done = store.buildah("rmi", "--prune")
             if done.returncode != 0 or not done.stdout.strip():
                 break
+        measure(store)
     return removed
