@@ -29,7 +29,7 @@ from aviflow_testcluster import _cache
 TESTS = Path(__file__).resolve().parent
 LAYERS = ("core", "cluster", "k8s", "notebook", "extensions", "hub", "helm", "images")
 # fixtures that start a real JupyterHub (tests/hub/conftest.py)
-HUB_FIXTURES = frozenset({"real_hub", "hub_factory", "shared_hub"})
+HUB_FIXTURES = frozenset({"real_hub", "hub_factory"})
 
 # a module's seconds when no run measured it yet: its layer's typical module (a guess)
 TYPICAL = {"k8s": 120, "core": 30, "helm": 100, "images": 60, "hub": 20, "notebook": 15,

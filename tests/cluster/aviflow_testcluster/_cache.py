@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(cache.root)
     elif args.action == "show":
         entries = cache.entries()
-        total = cache.size()
+        total = du(cache.root)
         print(
             f"{cache.root}: {total / 1e9:.2f} GB (bound {max_bytes() / 1e9:.0f} GB, "
             "AVIFLOW_CACHE_MAX_GB)"
