@@ -58,6 +58,12 @@ class RequestError(AviflowError, ValueError):
     parameter, a body that is not JSON."""
 
 
+class UnsafeJobFile(RequestError):
+    """A file in a job's directory is not one Aviflow reads: a symlink (at any component of
+    its path), a FIFO, socket or device, or larger than its bound. The job's own code made it;
+    on the wire it is a :class:`RequestError` (400) naming the file."""
+
+
 class JobNotFound(AviflowError, LookupError):
     """No job with this id exists (or the caller may not see it)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aviflow.errors import RequestError
 from aviflow.records import (
     Batch,
     CheckpointRef,
@@ -52,12 +53,22 @@ class StoreReads:
         return Batch([r for r in batch.items if r.step > after_step], batch.next)
 
     def ranks(self, job_id: str) -> list[int]:
-        return self.run_dir(job_id).ranks()
+        run = self.run_dir(job_id)
+        return run.ranks(run.spec().spec.total_gpus)
 
     def log(
         self, job_id: str, rank: int, *, tail: int | None = None, offset: int | None = None
     ) -> LogChunk:
-        return self.run_dir(job_id).log(rank, tail=tail, offset=offset)
+        """Rank ``rank``'s log; a rank the job does not have is a RequestError (400), and so
+        is a log the job made a symlink or a special file (UnsafeJobFile)."""
+        run = self.run_dir(job_id)
+        world = run.spec().spec.total_gpus
+        if not 0 <= rank < world:
+            raise RequestError(
+                f"job {job_id!r} has no rank {rank}: its ranks are 0 to {world - 1} "
+                f"({world} processes)"
+            )
+        return run.log(rank, tail=tail, offset=offset)
 
     def checkpoints(self, job_id: str) -> list[CheckpointRef]:
         return self.run_dir(job_id).checkpoints()

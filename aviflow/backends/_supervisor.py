@@ -201,7 +201,7 @@ class Supervisor:
         records = self.run.failures(attempt)
         node_logs = {n: self._tail(self.run.node_log(n).as_posix(), NODE_LOG_TAIL) for n in codes}
         ranks = {r.rank for r in records if r.rank is not None}
-        tails = {r: self.run.log(r, tail=40).text[-RANK_LOG_TAIL:] for r in ranks}
+        tails = {r: self.run.log_tail(r, 40)[-RANK_LOG_TAIL:] for r in ranks}
         return attribute(records, node_logs, codes, self.job.spec.gpus_per_node, tails)
 
     @staticmethod

@@ -328,11 +328,14 @@ class Controller:
         hung = run.hang(obs.attempt)
         if hung is not None:
             return hung
-        records = run.failures(obs.attempt)
+        world, per_node = job.spec.total_gpus, job.spec.gpus_per_node
+        records = [r for r in run.failures(obs.attempt) if r.rank is None or 0 <= r.rank < world]
         node_logs = {n: self._pod_log(run.id, obs.attempt, n) for n in obs.codes}
+        # a rank's tail is its pod's log through the API server, never a file the job wrote
+        # (which it could have made a symlink to a secret of ours)
         ranks = {r.rank for r in records if r.rank is not None}
-        tails = {r: run.log(r, tail=40).text for r in ranks}
-        return attribute(records, node_logs, obs.codes, job.spec.gpus_per_node, tails)
+        tails = {r: node_logs.get(r // per_node, "") for r in ranks}
+        return attribute(records, node_logs, obs.codes, per_node, tails)
 
     def _pod_log(self, job_id: str, attempt: int, index: int) -> str:
         for pod in self.pods.by(job_id):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 
 def redirect_output(path: Path, header: str = "") -> None:
-    """Point file descriptors 1 and 2 at ``path`` (created, appended), after ``header``."""
+    """Point file descriptors 1 and 2 at ``path`` (created, appended), after ``header``; a
+    symlink at ``path`` (left by the job's code) is refused, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     if header:
         os.write(fd, header.encode())
     os.dup2(fd, 1)

@@ -33,7 +33,8 @@ class Watchdog(threading.Thread):
         self.stop_event = threading.Event()
         path = run.stack_path(node.attempt, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._stacks: IO[str] = open(path, "a")  # noqa: SIM115 - open for the process's life
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        self._stacks: IO[str] = open(fd, "a")  # noqa: SIM115 - open for the process's life
         self._served = False
 
     def run(self) -> None:

@@ -1,0 +1,94 @@
+"""The run store: one directory per job, written atomically, readable while the job runs.
+
+:class:`RunDir` owns every path inside a job's directory and :class:`RunStore` every path
+above it; no other module spells a file name of the store. The layout::
+
+    <root>/<user>/<job-id>/          one user's (or one job's) directory can be mounted alone
+        job.yaml                     the validated TrainJob spec
+        meta.json                    JobMeta: id, name, user, team, submit time, code hash, origin
+        code/                        the code snapshot: MANIFEST.json (sha256 per file, content
+                                     hash), the entry point, vars.pkl, accelerate_config.yaml
+        events.jsonl                 append-only lifecycle Events (QUEUED, STARTING, RUNNING, ...)
+        status.json                  the latest JobStatus, rewritten atomically
+        logs/node-<n>.log            each node's launcher output
+        logs/rank-<r>.log            each process's output
+        failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised
+        heartbeats/node-<n>.json     refreshed by each node's runtime
+        heartbeats/attempt-<a>-rank-<r>.json   refreshed by each rank's watchdog
+        stacks/attempt-<a>-rank-<r>.txt        a rank's Python stacks (hang reports);
+                                     attempt-<a>-hang.json the hang the driver declared
+        metrics.jsonl                one MetricRow per logged step
+        checkpoints/step-<N>/        complete ones carry aviflow-checkpoint.json
+        supervisor.{lock,json,log}, processes.json, cancel-requested   (local backend only)
+    <root>/.ids/<job-id>             a link to ../<user>/<job-id>: reserves the id store-wide
+    <root>/.ids.jsonl                one line per created job, oldest first (listings read its end)
+
+``<user>`` is the owner's name as a DNS-1123 label (:func:`aviflow.names.slugify`). Writers
+replace whole files with ``os.replace`` or append whole lines with one ``write``, so readers
+never see a torn file; readers skip a line they cannot parse rather than fail. Job ids are
+DNS-1123 labels, checked before any path is built from them, so no id points outside the root.
+
+**Everything in a job's directory is hostile input**: the job's code may have written any of
+it. Every read opens its file beneath the job's directory without following a symlink at any
+component and refuses anything but a regular file, reads a bounded number of bytes, and
+parses what it read with its types enforced (:mod:`._files`, :mod:`._data`); writers follow no
+symlink either. A refused file is an :class:`~aviflow.errors.UnsafeJobFile`.
+
+Reads are incremental where files grow: :meth:`RunDir.events` and :meth:`RunDir.metrics`
+take a byte-offset cursor and return the cursor to continue from (at most 8 MiB a read);
+:meth:`RunDir.log` reads a tail (from the end) or from an offset.
+
+The modules: :mod:`._files` (opening, reading and writing without following symlinks),
+:mod:`._data` (what a job writes: logs, checkpoint markers, metric rows), :mod:`._rundir`
+(one job's directory), :mod:`._runstore` (the index, locating, creating and staging).
+"""
+
+from aviflow.store._data import (
+    CHECKPOINT_MARKER,
+    CHECKPOINT_PREFIX,
+    MAX_LOG_READ,
+    MAX_TAIL_LINES,
+    checkpoint_name,
+    checkpoint_ref,
+    metric_row,
+    read_log,
+    scan_checkpoints,
+)
+from aviflow.store._files import (
+    MAX_LINES_READ,
+    MAX_RECORD_BYTES,
+    append_line,
+    atomic_write,
+    read_json,
+    read_lines,
+)
+from aviflow.store._rundir import CODE_DIR, MANIFEST, VARS_FILE, RunDir
+from aviflow.store._runstore import INDEX_DIR, INDEX_LOG, ROOT_ENV, RunStore, default_root, short_id
+
+__all__ = [
+    "CHECKPOINT_MARKER",
+    "CHECKPOINT_PREFIX",
+    "CODE_DIR",
+    "INDEX_DIR",
+    "INDEX_LOG",
+    "MANIFEST",
+    "MAX_LINES_READ",
+    "MAX_LOG_READ",
+    "MAX_RECORD_BYTES",
+    "MAX_TAIL_LINES",
+    "ROOT_ENV",
+    "VARS_FILE",
+    "RunDir",
+    "RunStore",
+    "append_line",
+    "atomic_write",
+    "checkpoint_name",
+    "checkpoint_ref",
+    "default_root",
+    "metric_row",
+    "read_json",
+    "read_lines",
+    "read_log",
+    "scan_checkpoints",
+    "short_id",
+]

@@ -1,0 +1,188 @@
+"""What a job writes into its directory, read as the hostile input it is.
+
+Logs are read by offset or tail, a bounded number of bytes; checkpoint markers and metric
+rows are parsed with their types enforced (a ``step`` that is a string, a bool or a float, an
+``attempt`` that is markup, a ``time`` that is not a number: the record is skipped and logged,
+never passed on); every open goes through :mod:`._files` (no symlink, regular files only).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from aviflow.errors import UnsafeJobFile
+from aviflow.records import CheckpointRef, LogChunk, MetricRow
+from aviflow.store._files import MAX_RECORD_BYTES, is_dir, list_names, open_beneath, read_bytes
+
+log = logging.getLogger("aviflow.store")
+CHECKPOINT_MARKER = "aviflow-checkpoint.json"
+CHECKPOINT_PREFIX = "step-"
+MAX_LOG_READ = 1 << 20  # bytes one log read returns at most
+MAX_TAIL_LINES = 100_000
+MAX_METRIC_KEYS = 256
+MAX_METRIC_KEY = 200  # characters of a metric's name
+MAX_METRIC_TEXT = 1000  # characters of a metric whose value is text
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{int(step):09d}"
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checkpoint_ref(marker: Any, job_id: str) -> CheckpointRef | None:
+    """The checkpoint a marker describes, or None when a field has the wrong type: ``step``
+    a whole number >= 0, ``attempt`` a whole number >= 1 or absent, ``time`` a number or
+    absent."""
+    if not isinstance(marker, dict):
+        return None
+    step, attempt, when = marker.get("step"), marker.get("attempt"), marker.get("time")
+    if not _whole(step) or step < 0:
+        return None
+    if attempt is not None and (not _whole(attempt) or attempt < 1):
+        return None
+    if when is not None and not _number(when):
+        return None
+    return CheckpointRef(job_id, step, time=None if when is None else float(when), attempt=attempt)
+
+
+def scan_checkpoints(
+    directory: Path, job_id: str, beneath: Path | None = None
+) -> list[CheckpointRef]:
+    """Complete checkpoints (sub-directories ``step-N`` with a valid marker file) in
+    ``directory``, oldest first. ``beneath``: the job's directory (``directory``'s parent when
+    not given); a symlinked directory or marker is not a checkpoint, a marker with the wrong
+    types is skipped and logged."""
+    top = beneath or Path(directory).parent
+    found = []
+    for name in list_names(directory, top):
+        if not name.startswith(CHECKPOINT_PREFIX) or not is_dir(Path(directory) / name, top):
+            continue
+        marker_path = Path(directory) / name / CHECKPOINT_MARKER
+        try:
+            marker = json.loads(read_bytes(marker_path, top, MAX_RECORD_BYTES))
+        except FileNotFoundError:
+            continue  # still being written
+        except (OSError, ValueError, RecursionError) as exc:
+            log.warning("job %s: checkpoint %s skipped: %s", job_id, name[:80], str(exc)[:300])
+            continue
+        ref = checkpoint_ref(marker, job_id)
+        if ref is None:
+            log.warning(
+                "job %s: checkpoint %s skipped: its marker's fields have wrong types",
+                job_id,
+                name[:80],
+            )
+            continue
+        found.append(ref)
+    return sorted(found)
+
+
+def metric_row(obj: dict[str, Any]) -> MetricRow | None:
+    """A row of ``metrics.jsonl`` with its types enforced (``step`` and ``attempt`` whole
+    numbers, ``time`` a number; ``values`` a map of names of at most 200 characters to finite
+    numbers or short text; other values are dropped), or None."""
+    step, when, attempt = obj.get("step"), obj.get("time"), obj.get("attempt", 1)
+    values = obj.get("values")
+    if not (_whole(step) and _number(when) and _whole(attempt) and attempt >= 1):
+        return None
+    if not isinstance(values, dict):
+        return None
+    kept: dict[str, Any] = {}
+    for key, value in values.items():
+        if len(kept) >= MAX_METRIC_KEYS or not isinstance(key, str) or len(key) > MAX_METRIC_KEY:
+            continue
+        if _number(value) or (isinstance(value, str) and len(value) <= MAX_METRIC_TEXT):
+            kept[key] = value
+    return MetricRow(step=step, time=float(when), attempt=attempt, values=kept)
+
+
+def read_log(
+    path: Path,
+    rank: int,
+    *,
+    beneath: Path,
+    tail: int | None = None,
+    offset: int | None = None,
+    limit: int = MAX_LOG_READ,
+) -> LogChunk:
+    """See :meth:`RunDir.log`. Reads cost the bytes returned, not the size of the file; a
+    log that is a symlink or not a regular file raises :class:`UnsafeJobFile`."""
+    if tail is not None and offset is not None:
+        raise ValueError("give tail or offset, not both")
+    if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
+        raise ValueError(f"tail must be between 0 and {MAX_TAIL_LINES} lines")
+    if offset is not None and offset < 0:
+        raise ValueError("offset must be >= 0")
+    try:
+        with open_beneath(path, beneath) as fd:
+            return _chunk(fd, rank, tail, offset, limit)
+    except FileNotFoundError:
+        return LogChunk(rank, "", 0, 0, 0)
+    except UnsafeJobFile as exc:
+        raise UnsafeJobFile(f"rank {rank}'s log: {exc}") from None
+
+
+def _chunk(fd: int, rank: int, tail: int | None, offset: int | None, limit: int) -> LogChunk:
+    size = os.fstat(fd).st_size
+    if offset is not None:
+        start = min(offset, size)
+        data = os.pread(fd, min(limit, size - start), start)
+        data = data[: _whole_characters(data)]
+        return LogChunk(rank, data.decode("utf-8", "replace"), start, start + len(data), size)
+    if tail == 0:
+        return LogChunk(rank, "", size, size, size)
+    start, data = tail_bytes(fd, size, tail, limit)
+    return LogChunk(rank, data.decode("utf-8", "replace"), start, size, size)
+
+
+def _whole_characters(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: is its sequence complete?
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
+def tail_bytes(fd: int, size: int, lines: int | None, limit: int) -> tuple[int, bytes]:
+    """(start offset, bytes) of the last ``lines`` lines (all when None), at most ``limit``
+    bytes, read backwards from the end of descriptor ``fd`` in blocks."""
+    end, buf = size, b""
+    while end > 0 and len(buf) <= limit:
+        start = max(0, end - 8192)
+        buf = os.pread(fd, end - start, start) + buf
+        end = start
+        if lines is not None and buf.count(b"\n", 0, max(len(buf) - 1, 0)) >= lines:
+            break
+    begin = end  # the file offset of buf[0]
+    if lines is not None:
+        body = buf[:-1] if buf.endswith(b"\n") else buf
+        cut = len(body)
+        for _ in range(lines):
+            cut = body.rfind(b"\n", 0, cut)
+            if cut < 0:
+                break
+        if cut >= 0:
+            begin, buf = begin + cut + 1, buf[cut + 1 :]
+    if len(buf) > limit:
+        drop = len(buf) - limit
+        newline = buf.find(b"\n", drop)
+        if 0 <= newline < len(buf) - 1:
+            drop = newline + 1
+        begin, buf = begin + drop, buf[drop:]
+    return begin, buf

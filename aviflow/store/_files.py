@@ -1,0 +1,374 @@
+"""Files of the run store, read and written without following a job's symlinks.
+
+A job's directory holds what its code wrote, so every path under it is hostile: a component
+may be a symlink (to another user's run, to the service's own token, to ``/etc/passwd``), a
+FIFO that blocks a reader forever, a device, or a file of many gigabytes. Every function here
+takes the trusted directory the path must stay beneath (``beneath``: a job's directory, which
+the platform made) and opens the rest of the path:
+
+- with ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` where the kernel has it (Linux 5.6),
+  else one component at a time with ``O_NOFOLLOW``: a symlink at any component is refused;
+- with ``O_NONBLOCK``, then ``fstat``: only a regular file (or, for listings, a directory) is
+  read, so a FIFO, socket or device is refused at once instead of blocking;
+- reading a bounded number of bytes.
+
+A refused path raises :class:`UnsafeJobFile` (a :class:`~aviflow.errors.RequestError`: the API
+answers it as a 400 naming the file); a missing one reads as missing. Writers follow no symlink
+either: a temporary file made with ``O_EXCL | O_NOFOLLOW`` and renamed over the target inside
+the same directory descriptor, appends with ``O_NOFOLLOW`` to a regular file only; a failed
+write leaves no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from aviflow.errors import UnsafeJobFile
+
+MAX_RECORD_BYTES = 1 << 20  # one JSON record a job or the platform wrote (marker, heartbeat...)
+MAX_LINES_READ = 8 << 20  # bytes one incremental read of a JSON-lines file returns at most
+
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_SYS_OPENAT2 = 437  # the same number on every architecture (a syscall added after the unification)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+_openat2: Any = None  # the libc syscall function once found; False where the kernel lacks it
+
+
+def _components(rel: str | Path) -> list[str]:
+    parts = str(rel).split("/")
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise UnsafeJobFile(f"{str(rel)[:200]!r} is not a plain relative path")
+    return parts
+
+
+def _syscall_openat2() -> Any:
+    global _openat2
+    if _openat2 is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+
+            class OpenHow(ctypes.Structure):
+                _fields_ = [
+                    ("flags", ctypes.c_uint64),
+                    ("mode", ctypes.c_uint64),
+                    ("resolve", ctypes.c_uint64),
+                ]
+
+            libc.syscall.restype = ctypes.c_long
+
+            def call(dir_fd: int, path: str, flags: int, mode: int) -> int:
+                how = OpenHow(
+                    flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+                )
+                fd = libc.syscall(
+                    _SYS_OPENAT2,
+                    ctypes.c_int(dir_fd),
+                    ctypes.c_char_p(os.fsencode(path)),
+                    ctypes.byref(how),
+                    ctypes.c_size_t(ctypes.sizeof(how)),
+                )
+                if fd < 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err), path)
+                return int(fd)
+
+            _openat2 = call
+        except (OSError, AttributeError):
+            _openat2 = False
+    return _openat2
+
+
+def use_openat2(enabled: bool) -> None:
+    """Use ``openat2`` when the kernel has it (the default), or always walk the components
+    (``False``: the fallback, which tests run too)."""
+    global _openat2
+    _openat2 = None if enabled else False
+
+
+def _refused(rel: str | Path, exc: OSError) -> UnsafeJobFile:
+    what = {
+        errno.ELOOP: "a symlink",
+        errno.ENOTDIR: "below a symlink or a file where a directory should be",
+        errno.EXDEV: "outside its directory",
+        errno.ENXIO: "a socket or device",
+    }.get(exc.errno or 0, os.strerror(exc.errno or 0).lower())
+    return UnsafeJobFile(
+        f"{str(rel)[:200]!r} in the job's directory is {what}; Aviflow reads only regular "
+        "files the job wrote there and follows no symlink"
+    )
+
+
+def _open_at(dir_fd: int, rel: str | Path, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of ``rel`` beneath ``dir_fd``, no symlink followed at any component."""
+    parts = _components(rel)
+    flags |= os.O_CLOEXEC | os.O_NOFOLLOW
+    call = _syscall_openat2()
+    if call:
+        try:
+            return int(call(dir_fd, "/".join(parts), flags, mode))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EPERM, errno.E2BIG, errno.EINVAL):
+                raise
+            use_openat2(False)  # no openat2 here (an old kernel, or a seccomp filter)
+    fd = dir_fd
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            if fd != dir_fd:
+                os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], flags, mode, dir_fd=fd)
+    finally:
+        if fd != dir_fd:
+            os.close(fd)
+
+
+@contextmanager
+def _dir(beneath: Path) -> Iterator[int]:
+    fd = os.open(beneath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _rel(path: Path, beneath: Path) -> str:
+    try:
+        return str(Path(path).relative_to(beneath))
+    except ValueError:
+        raise UnsafeJobFile(f"{str(path)[:200]!r} is not in {str(beneath)[:200]!r}") from None
+
+
+@contextmanager
+def open_beneath(path: Path, beneath: Path) -> Iterator[int]:
+    """A read-only descriptor of the regular file ``path`` (inside ``beneath``); raises
+    FileNotFoundError when it is missing and :class:`UnsafeJobFile` when it is a symlink (at
+    any component) or not a regular file."""
+    rel = _rel(path, beneath)
+    try:
+        with _dir(beneath) as base:
+            fd = _open_at(base, rel, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from exc
+    except UnsafeJobFile:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV, errno.ENXIO, errno.EOPNOTSUPP):
+            raise _refused(rel, exc) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeJobFile(
+                f"{rel[:200]!r} in the job's directory is not a regular file (a FIFO, "
+                "socket, device or directory); Aviflow does not read it"
+            )
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path: Path, beneath: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The whole file ``path`` (see :func:`open_beneath`), refused when over ``limit`` bytes."""
+    with open_beneath(path, beneath) as fd:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise UnsafeJobFile(
+                f"{_rel(path, beneath)[:200]!r} in the job's directory is {size} bytes, "
+                f"more than the {limit} Aviflow reads of it"
+            )
+        return pread_all(fd, 0, limit + 1)[:limit]
+
+
+def pread_all(fd: int, offset: int, count: int) -> bytes:
+    """Up to ``count`` bytes of ``fd`` from ``offset`` (fewer only at the end of the file)."""
+    chunks, done = [], 0
+    while done < count:
+        chunk = os.pread(fd, min(count - done, 1 << 20), offset + done)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
+
+
+def read_json(path: Path, default: Any = None, *, beneath: Path | None = None) -> Any:
+    """The JSON in ``path``; ``default`` if it is missing, unreadable, refused or too large.
+    ``beneath``: the trusted directory it must be in (its parent when not given)."""
+    try:
+        return json.loads(read_bytes(path, beneath or Path(path).parent))
+    except (OSError, ValueError, RecursionError):  # UnsafeJobFile is a ValueError
+        return default
+
+
+def read_lines(
+    path: Path, since: int = 0, *, beneath: Path | None = None, limit: int = MAX_LINES_READ
+) -> tuple[list[dict[str, Any]], int]:
+    """Complete JSON objects of ``path`` from byte ``since`` on (at most ``limit`` bytes
+    of it), and the offset after the last complete line read. A line still being written is
+    left for the next read; a line that is not a JSON object is skipped, and so is a line
+    longer than ``limit`` (the cursor moves past it; a read that starts inside a line drops
+    that line's rest). A missing file reads as empty; a refused one raises
+    :class:`UnsafeJobFile`."""
+    since = max(int(since), 0)
+    try:
+        with open_beneath(path, beneath or Path(path).parent) as fd:
+            size = os.fstat(fd).st_size
+            since = min(since, size)
+            start = since - 1 if since > 0 else 0  # the byte before: does a line start here?
+            data = pread_all(fd, start, min(limit, size - since) + (since - start))
+    except FileNotFoundError:
+        return [], since
+    if since > 0:
+        if data[:1] != b"\n":  # the cursor is inside a line (one too long to read): skip it
+            cut = data.find(b"\n")
+            if cut < 0:
+                return [], since + max(len(data) - 1, 0)
+            data = data[cut + 1 :]
+            since += cut
+        else:
+            data = data[1:]
+    end = data.rfind(b"\n") + 1
+    if end == 0 and len(data) >= limit:  # one line longer than a read: skip what was read
+        return [], since + len(data)
+    out = []
+    for raw in data[:end].split(b"\n"):
+        if raw.strip():
+            try:
+                obj = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out, since + end
+
+
+def list_names(directory: Path, beneath: Path) -> list[str]:
+    """Names in ``directory`` (inside ``beneath``); empty when it is missing, a symlink or
+    not a directory."""
+    if Path(directory) == Path(beneath):
+        try:
+            return os.listdir(beneath)
+        except OSError:
+            return []
+    try:
+        with _dir(beneath) as base:
+            fd = _open_at(base, _rel(directory, beneath), _DIR_FLAGS)
+    except (OSError, ValueError):
+        return []
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def is_dir(path: Path, beneath: Path) -> bool:
+    """Whether ``path`` is a directory reached without a symlink (inside ``beneath``)."""
+    try:
+        with _dir(beneath) as base:
+            os.close(_open_at(base, _rel(path, beneath), _DIR_FLAGS))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def is_file(path: Path, beneath: Path) -> bool:
+    """Whether ``path`` is a regular file reached without a symlink (inside ``beneath``)."""
+    try:
+        with open_beneath(path, beneath):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+@contextmanager
+def _parent(path: Path, beneath: Path | None) -> Iterator[int]:
+    """A descriptor of ``path``'s directory: reached without symlinks from ``beneath``, or
+    opened as it is (a directory the platform owns) when ``beneath`` is None."""
+    parent = Path(path).parent
+    if beneath is None or parent == Path(beneath):
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    else:
+        rel = _rel(parent, beneath)
+        try:
+            with _dir(beneath) as base:
+                fd = _open_at(base, rel, _DIR_FLAGS)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+                raise _refused(rel, exc) from None
+            raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) -> None:
+    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, whole.
+    No symlink is followed (the target itself is replaced, never written through), nor any
+    component below ``beneath``; a failed write removes its temporary file."""
+    raw = data.encode() if isinstance(data, str) else data
+    name = Path(path).name
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    with _parent(path, beneath) as dir_fd:
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=dir_fd,
+        )
+        try:
+            try:
+                view = memoryview(raw)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+
+
+def append_line(path: Path, obj: dict[str, Any], *, beneath: Path | None = None) -> None:
+    """Append one JSON line with a single ``write`` on an O_APPEND descriptor of a regular
+    file (created if missing; a symlink or special file there is refused)."""
+    line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    with _parent(path, beneath) as dir_fd:
+        try:
+            fd = os.open(
+                Path(path).name,
+                os.O_WRONLY
+                | os.O_APPEND
+                | os.O_CREAT
+                | os.O_NOFOLLOW
+                | os.O_NONBLOCK
+                | os.O_CLOEXEC,
+                0o644,
+                dir_fd=dir_fd,
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                raise _refused(Path(path).name, exc) from None
+            raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeJobFile(f"{Path(path).name!r} is not a regular file; nothing appended")
+        os.write(fd, line)
+    finally:
+        os.close(fd)

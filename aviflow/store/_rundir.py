@@ -1,0 +1,372 @@
+"""One job's directory: every path in it, and typed reads and writes of its records.
+
+Everything in a job's directory may have been written by the job's code, so every read here
+goes through :mod:`._files` (no symlink at any component, regular files only, bounded) and
+every record a job writes is parsed with its types enforced (:mod:`._data`); writes follow no
+symlink either.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aviflow.errors import JobNotFound, UnsafeJobFile
+from aviflow.records import (
+    Batch,
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    JobStatus,
+    LogChunk,
+    MetricRow,
+)
+from aviflow.store._data import (
+    MAX_LOG_READ,
+    checkpoint_name,
+    metric_row,
+    read_log,
+    scan_checkpoints,
+)
+from aviflow.store._files import (
+    append_line,
+    atomic_write,
+    list_names,
+    open_beneath,
+    pread_all,
+    read_bytes,
+    read_json,
+    read_lines,
+)
+
+if TYPE_CHECKING:  # the spec (pydantic) is imported only where a spec is read or written,
+    from aviflow.spec import TrainJob  # so every rank's wrapper starts fast
+
+T = TypeVar("T")
+log = logging.getLogger("aviflow.store")
+CODE_DIR = "code"
+MANIFEST = "MANIFEST.json"
+VARS_FILE = "vars.pkl"
+MAX_SPEC_BYTES = 4 << 20  # job.yaml and meta.json (env and origin included)
+MAX_STACK_BYTES = 1 << 20
+_CACHE_SIZE = 4096
+# A job's spec and meta are written once: parsed ones are kept per file (path, mtime, size).
+_parsed_cache: dict[tuple[str, int, int], Any] = {}
+
+
+def _cached(path: Path, beneath: Path, parse: Callable[[bytes], T]) -> T:
+    with open_beneath(path, beneath) as fd:
+        st = os.fstat(fd)
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        found = _parsed_cache.get(key)
+        if found is None:
+            if st.st_size > MAX_SPEC_BYTES:
+                raise UnsafeJobFile(f"{path.name} is {st.st_size} bytes, over {MAX_SPEC_BYTES}")
+            found = parse(pread_all(fd, 0, st.st_size))
+            if len(_parsed_cache) >= _CACHE_SIZE:
+                _parsed_cache.pop(next(iter(_parsed_cache)))
+            _parsed_cache[key] = found
+    return found
+
+
+def _parsed(rows: list[dict[str, Any]], parse: Callable[[dict[str, Any]], T]) -> list[T]:
+    out = []
+    for row in rows:
+        try:
+            out.append(parse(row))
+        except (KeyError, TypeError, ValueError):
+            continue  # a record we cannot read is skipped, not fatal to the reader
+    return out
+
+
+class RunDir:
+    """Every path of one job's directory, and typed reads and writes of its records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.id = self.path.name
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- paths -----------------------------------------------------------------------------------
+    @property
+    def store_root(self) -> Path:
+        """The root of the run store this directory sits in (``<root>/<user>/<job>``)."""
+        return self.path.parent.parent
+
+    @property
+    def spec_path(self) -> Path:
+        return self.path / "job.yaml"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path / "meta.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.path / CODE_DIR
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.code_dir / MANIFEST
+
+    @property
+    def vars_path(self) -> Path:
+        return self.code_dir / VARS_FILE
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def failures_dir(self) -> Path:
+        return self.path / "failures"
+
+    @property
+    def heartbeats_dir(self) -> Path:
+        return self.path / "heartbeats"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def supervisor_lock(self) -> Path:
+        return self.path / "supervisor.lock"
+
+    @property
+    def supervisor_info(self) -> Path:
+        return self.path / "supervisor.json"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.path / "supervisor.log"
+
+    @property
+    def processes_path(self) -> Path:
+        return self.path / "processes.json"
+
+    @property
+    def cancel_request(self) -> Path:
+        return self.path / "cancel-requested"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.logs_dir / f"rank-{int(rank)}.log"
+
+    def node_log(self, node: int) -> Path:
+        return self.logs_dir / f"node-{int(node)}.log"
+
+    def failure_path(self, attempt: int, rank: int) -> Path:
+        return self.failures_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
+
+    def heartbeat_path(self, node: int) -> Path:
+        return self.heartbeats_dir / f"node-{int(node)}.json"
+
+    def rank_heartbeat_path(self, attempt: int, rank: int) -> Path:
+        return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
+
+    def stack_path(self, attempt: int, rank: int) -> Path:
+        return self.path / "stacks" / f"attempt-{int(attempt)}-rank-{int(rank)}.txt"
+
+    def stack_request_path(self, attempt: int) -> Path:
+        """Its presence asks every rank of ``attempt`` to write its Python stacks."""
+        return self.path / "stacks" / f"attempt-{int(attempt)}.requested"
+
+    def hang_path(self, attempt: int) -> Path:
+        """The hang the driver declared for ``attempt`` (a FailureInfo)."""
+        return self.path / "stacks" / f"attempt-{int(attempt)}-hang.json"
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints_dir / checkpoint_name(step)
+
+    def checkpoint_staging(self, step: int) -> Path:
+        """Where a checkpoint is written before it becomes complete."""
+        return self.checkpoints_dir / f".{checkpoint_name(step)}.partial"
+
+    # -- records ---------------------------------------------------------------------------------
+    # Every read below opens its file beneath self.path with no symlink followed; every write
+    # replaces or appends without following one.
+    def read_json(self, path: Path, default: Any = None) -> Any:
+        """The JSON record at ``path`` (in this directory), or ``default`` when it is
+        missing, refused (a symlink, not a regular file, over 1 MiB) or not JSON."""
+        return read_json(path, default, beneath=self.path)
+
+    def write_json(self, path: Path, data: Any, indent: int | None = None) -> None:
+        atomic_write(path, json.dumps(data, indent=indent), beneath=self.path)
+
+    def spec(self) -> TrainJob:
+        from aviflow.spec import TrainJob
+
+        try:
+            return _cached(self.spec_path, self.path, lambda raw: TrainJob.from_yaml(raw.decode()))
+        except FileNotFoundError:
+            raise JobNotFound(f"job {self.id!r} has no job.yaml in {self.path}") from None
+
+    def meta(self) -> JobMeta:
+        def parse(raw: bytes) -> JobMeta:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+            return JobMeta.from_dict(data)
+
+        try:
+            return _cached(self.meta_path, self.path, parse)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            raise JobNotFound(f"job {self.id!r} has no readable meta.json in {self.path}") from None
+
+    def status(self) -> JobStatus:
+        data = self.read_json(self.status_path, {})
+        try:
+            return JobStatus.from_dict(data if isinstance(data, dict) else {})
+        except (KeyError, TypeError, ValueError):
+            return JobStatus.from_dict({})
+
+    def write_status(self, status: JobStatus) -> None:
+        self.write_json(self.status_path, status.to_dict(), indent=2)
+
+    def append_event(self, event: Event) -> None:
+        append_line(self.events_path, event.to_dict(), beneath=self.path)
+
+    def record(self, events: list[Event], status: JobStatus) -> None:
+        """Append ``events``, then rewrite the status they lead to (events first: a reader that
+        sees the new status finds its events)."""
+        for event in events:
+            self.append_event(event)
+        self.write_status(status)
+
+    def events(self, since: int = 0) -> Batch[Event]:
+        rows, end = self._lines(self.events_path, since)
+        return Batch(_parsed(rows, Event.from_dict), end)
+
+    def metrics(self, since: int = 0) -> Batch[MetricRow]:
+        """Metric rows from byte ``since`` on (at most 8 MiB of the file a read), each with
+        its types enforced: a row with a step, time or attempt of the wrong type is skipped."""
+        rows, end = self._lines(self.metrics_path, since)
+        return Batch([m for m in map(metric_row, rows) if m is not None], end)
+
+    def _lines(self, path: Path, since: int) -> tuple[list[dict[str, Any]], int]:
+        try:
+            return read_lines(path, since, beneath=self.path)
+        except UnsafeJobFile as exc:
+            log.warning("job %s: %s", self.id, exc)
+            return [], max(int(since), 0)
+
+    def append_metric(self, row: MetricRow) -> None:
+        append_line(self.metrics_path, row.to_dict(), beneath=self.path)
+
+    def ranks(self, world: int | None = None) -> list[int]:
+        """Ranks that have a log (below ``world`` when given: a job cannot invent ranks)."""
+        found = []
+        for name in list_names(self.logs_dir, self.path):
+            stem, _, rest = name.partition("-")
+            number = rest.removesuffix(".log")
+            if not (stem == "rank" and rest.endswith(".log") and number.isdigit()):
+                continue
+            if len(number) < 8 and (world is None or int(number) < world):
+                found.append(int(number))
+        return sorted(found)
+
+    def log(
+        self,
+        rank: int,
+        *,
+        tail: int | None = None,
+        offset: int | None = None,
+        limit: int = MAX_LOG_READ,
+    ) -> LogChunk:
+        """Rank ``rank``'s log: its last ``tail`` lines, or what follows byte ``offset`` (at
+        most ``limit`` bytes, ending on a whole character), or the whole file (at most
+        ``limit`` bytes, from its end). A log that is a symlink or not a regular file raises
+        :class:`~aviflow.errors.UnsafeJobFile`."""
+        return read_log(
+            self.rank_log(rank), rank, beneath=self.path, tail=tail, offset=offset, limit=limit
+        )
+
+    def log_tail(self, rank: int, lines: int) -> str:
+        """The last ``lines`` lines of rank ``rank``'s log; empty when it has none, or when the
+        job made it a symlink or a special file."""
+        try:
+            return self.log(rank, tail=lines).text
+        except UnsafeJobFile as exc:
+            log.warning("job %s: %s", self.id, exc)
+            return ""
+
+    def failures(self, attempt: int | None = None) -> list[FailureInfo]:
+        """Failure records of ranks that raised (of one attempt, or all), earliest first."""
+        prefix = f"attempt-{int(attempt)}-" if attempt is not None else "attempt-"
+        names = sorted(list_names(self.failures_dir, self.path))
+        rows = [
+            self.read_json(self.failures_dir / n)
+            for n in names
+            if n.startswith(prefix) and n.endswith(".json")
+        ]
+        records = _parsed([r for r in rows if isinstance(r, dict)], FailureInfo.from_dict)
+        return sorted(records, key=lambda r: (r.time or 0.0, r.rank or 0))
+
+    def write_failure(self, record: FailureInfo) -> None:
+        assert record.rank is not None
+        self.write_json(self.failure_path(record.attempt, record.rank), record.to_dict(), indent=2)
+
+    def checkpoints(self) -> list[CheckpointRef]:
+        """Complete checkpoints, oldest first (markers with wrong types are skipped)."""
+        return scan_checkpoints(self.checkpoints_dir, self.id, self.path)
+
+    def heartbeat(self, node: int) -> dict[str, Any]:
+        data = self.read_json(self.heartbeat_path(node), {})
+        return data if isinstance(data, dict) else {}
+
+    def write_heartbeat(self, node: int, beat: dict[str, Any]) -> None:
+        self.write_json(self.heartbeat_path(node), beat)
+
+    def rank_beats(self, attempt: int, world: int) -> dict[int, float]:
+        """When each rank of ``attempt`` last beat (ranks that never did are left out)."""
+        out = {}
+        for rank in range(world):
+            beat = self.read_json(self.rank_heartbeat_path(attempt, rank), None)
+            when = beat.get("time") if isinstance(beat, dict) else None
+            if isinstance(when, int | float) and not isinstance(when, bool):
+                out[rank] = float(when)
+        return out
+
+    def stacks(self, attempt: int, world: int) -> dict[int, str]:
+        """The Python stacks ranks of ``attempt`` wrote (on request or by their watchdog)."""
+        out = {}
+        for rank in range(world):
+            try:
+                raw = read_bytes(self.stack_path(attempt, rank), self.path, MAX_STACK_BYTES)
+            except (OSError, ValueError):
+                continue
+            text = raw.decode("utf-8", "replace")
+            if text.strip():
+                out[rank] = text
+        return out
+
+    def hang(self, attempt: int) -> FailureInfo | None:
+        """The hang the driver declared for ``attempt``, if it did."""
+        data = self.read_json(self.hang_path(attempt), None)
+        try:
+            return FailureInfo.from_dict(data) if isinstance(data, dict) else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def write_hang(self, record: FailureInfo) -> None:
+        self.hang_path(record.attempt).parent.mkdir(parents=True, exist_ok=True)
+        self.write_json(self.hang_path(record.attempt), record.to_dict())

@@ -1,0 +1,319 @@
+"""All jobs under one root: the index of job ids, locating a job, creating one whole.
+
+:class:`RunStore` owns every path above a job's directory (:class:`~aviflow.store.RunDir`
+owns those inside it). A job is created in a staging directory and renamed into place only
+when complete, under an id reserved store-wide by a link in ``.ids/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aviflow.errors import JobNotFound
+from aviflow.names import is_dns1123_label, slugify
+from aviflow.records import CheckpointRef, JobMeta, TrainerImage
+from aviflow.store._data import CHECKPOINT_MARKER, tail_bytes
+from aviflow.store._files import append_line, atomic_write, is_file, read_lines
+from aviflow.store._rundir import RunDir
+
+if TYPE_CHECKING:
+    from aviflow.spec import TrainJob
+
+ROOT_ENV = "AVIFLOW_ROOT"
+INDEX_DIR = ".ids"
+INDEX_LOG = ".ids.jsonl"
+
+
+def default_root() -> Path:
+    """``$AVIFLOW_ROOT``, else ``~/.aviflow/runs``."""
+    env = os.environ.get(ROOT_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".aviflow" / "runs"
+
+
+class RunStore:
+    """All jobs under one root directory (the layout is in the module docstring)."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_root()
+        self._found: dict[str, Path] = {}
+        self._migrated = False
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.root)!r})"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / INDEX_DIR
+
+    def file(self, name: str) -> Path:
+        """A file of the store itself (``queues.json``, ``.queue.lock``)."""
+        return self.root / name
+
+    def user_dir(self, user: str) -> Path:
+        return self.root / slugify(user)
+
+    @staticmethod
+    def check_id(job_id: object) -> str:
+        if not isinstance(job_id, str) or not is_dns1123_label(job_id):
+            raise JobNotFound(f"{short_id(job_id)} is not a job id (ids look like 'tiny-3f9a1c2b')")
+        return job_id
+
+    def locate(self, job_id: str) -> Path | None:
+        """The directory of ``job_id`` if it is complete (has its spec), else None."""
+        self.check_id(job_id)
+        self.migrate_legacy()
+        cached = self._found.get(job_id)
+        if cached is not None and is_file(cached / "job.yaml", cached):
+            return cached
+        link = self.index_dir / job_id
+        candidates: list[Path] = []
+        try:
+            candidates.append(self.root / os.readlink(link).removeprefix("../"))
+        except OSError:  # no index here (a mount of one user's or job's directory): search
+            try:
+                candidates += [Path(e.path) / job_id for e in os.scandir(self.root) if _is_home(e)]
+            except OSError:
+                return None
+        for path in candidates:
+            if path.parent.parent == self.root and is_file(path / "job.yaml", path):
+                self._found[job_id] = path
+                return path
+        return None
+
+    def get(self, job_id: str) -> RunDir:
+        path = self.locate(job_id)
+        if path is None:
+            raise JobNotFound(
+                f"no job {job_id!r} in {self.root}; `aviflow ls` lists the jobs there"
+            )
+        return RunDir(path)
+
+    @property
+    def index_log(self) -> Path:
+        return self.root / INDEX_LOG
+
+    def ids(self, newest: int | None = None) -> list[str]:
+        """Job ids, oldest submission first; with ``newest``, only the newest N of them (read
+        from the end of the index: the cost does not grow with the number of jobs)."""
+        self.migrate_legacy()
+        if newest is not None and newest <= 0:
+            return []
+        if not self.index_log.exists():
+            return self._scan_ids(newest)
+        found: list[str] = []
+        lines = None if newest is None else 2 * newest + 8
+        while True:
+            rows = list(dict.fromkeys(self._index_rows(lines)))  # each id once, in order
+            found = []
+            for job_id in reversed(rows):
+                if self.locate(job_id) is not None:
+                    found.append(job_id)
+                    if newest is not None and len(found) >= newest:
+                        break
+            if newest is None or len(found) >= newest or lines is None or len(rows) < lines:
+                return list(reversed(found))
+            lines *= 4  # removed jobs at the end of the index: read further back
+
+    def _index_rows(self, lines: int | None) -> list[str]:
+        if lines is None:
+            rows, _ = read_lines(self.index_log)
+        else:
+            fd = os.open(self.index_log, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _, data = tail_bytes(fd, os.fstat(fd).st_size, lines, 1 << 30)
+            finally:
+                os.close(fd)
+            rows = []
+            for raw in data.splitlines():
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    rows.append(obj)
+        return [str(r["id"]) for r in rows if is_dns1123_label(str(r.get("id", "")))]
+
+    def migrate_legacy(self) -> list[str]:
+        """Move finished jobs of the flat layout of earlier versions (``<root>/<job-id>/``)
+        under their user's directory, into the index; once per store object. A legacy job that
+        has not finished is left where it is (its supervisor uses its path)."""
+        if self._migrated:
+            return []
+        self._migrated = True
+        moved = []
+        try:
+            entries = [e for e in os.scandir(self.root) if _is_home(e)]
+        except OSError:
+            return []
+        legacy = []
+        for entry in entries:
+            old = RunDir(Path(entry.path))
+            if not is_file(old.spec_path, old.path) or not old.status().state.is_finished():
+                continue
+            data = old.read_json(old.meta_path, {})
+            if isinstance(data, dict):
+                legacy.append((float(data.get("submitted") or 0.0), old, data))
+        for _, old, data in sorted(legacy, key=lambda t: (t[0], t[1].id)):
+            user = str(data.get("user") or "unknown")
+            home = self.user_dir(user)
+            home.mkdir(exist_ok=True)
+            self.index_dir.mkdir(exist_ok=True)
+            try:
+                os.symlink(f"../{home.name}/{old.id}", self.index_dir / old.id)
+            except FileExistsError:
+                continue
+            meta = {
+                **data,
+                "id": old.id,
+                "codeHash": data.get("codeHash", data.get("code_hash", "")),
+            }
+            atomic_write(old.meta_path, json.dumps(meta, indent=2))
+            os.rename(old.path, home / old.id)
+            append_line(
+                self.index_log, {"id": old.id, "user": home.name, "time": meta.get("submitted", 0)}
+            )
+            moved.append(old.id)
+        if moved:
+            self._found.clear()
+        return moved
+
+    def _scan_ids(self, newest: int | None) -> list[str]:
+        """Without an index (one user's directory mounted alone): every job, by submit time."""
+        found: list[tuple[float, str]] = []
+        try:
+            users = [Path(e.path) for e in os.scandir(self.root) if _is_home(e)]
+        except OSError:
+            return []
+        for home in users:
+            for entry in os.scandir(home):
+                job_dir = Path(entry.path)
+                if is_dns1123_label(entry.name) and is_file(job_dir / "job.yaml", job_dir):
+                    try:
+                        found.append((RunDir(Path(entry.path)).meta().submitted, entry.name))
+                    except JobNotFound:
+                        continue
+        ids = [job_id for _, job_id in sorted(found)]
+        return ids if newest is None else ids[-newest:]
+
+    def run_dirs(self) -> Iterator[RunDir]:
+        for job_id in self.ids():
+            path = self.locate(job_id)
+            if path is not None:
+                yield RunDir(path)
+
+    def checkpoint_path(self, ref: CheckpointRef) -> Path:
+        """Where ``ref`` is in this store (as this reader mounts it)."""
+        run = self.get(ref.job_id)
+        path = run.checkpoint_dir(ref.step)
+        if not is_file(path / CHECKPOINT_MARKER, run.path):
+            raise JobNotFound(f"job {ref.job_id!r} has no complete checkpoint at step {ref.step}")
+        return path
+
+    def create(
+        self,
+        job: TrainJob,
+        files: dict[str, bytes],
+        user: str,
+        *,
+        team: str | None = None,
+        backend: str = "",
+        code_hash: str = "",
+        origin: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        image: TrainerImage | None = None,
+        owner_ids: tuple[int, int] | None = None,
+    ) -> RunDir:
+        """Write a new job directory whole, then move it into place under a fresh unique id
+        (or ``job_id``, which must be free: a TrainJob created on the cluster by name).
+        ``owner_ids``: the uid and gid the job's processes run as, given the directory when
+        they are not this process's (pods as uid 1000, a controller as root).
+
+        ``files`` maps paths relative to the job directory to their content. The directory
+        only appears under the root when complete; a failure leaves nothing behind.
+        """
+        self.migrate_legacy()
+        home = self.user_dir(user)
+        home.mkdir(parents=True, exist_ok=True)
+        self.index_dir.mkdir(exist_ok=True)
+        staging = Path(os.path.realpath(home)) / f".staging-{secrets.token_hex(8)}"
+        staging.mkdir()
+        try:
+            for rel, content in files.items():
+                target = (staging / rel).resolve()
+                if staging.resolve() not in target.parents:
+                    raise ValueError(f"refusing to write {rel!r} outside the job directory")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            (staging / "job.yaml").write_text(job.to_yaml())
+            for sub in ("logs", "failures", "heartbeats", "checkpoints"):
+                (staging / sub).mkdir()
+            job_id = self._reserve_id(job.slug, home.name, job_id)
+            meta = JobMeta(
+                id=job_id,
+                name=job.metadata.name,
+                user=user,
+                team=team,
+                submitted=time.time(),
+                backend=backend,
+                code_hash=code_hash,
+                origin=dict(origin or {}),
+                image=image,
+            )
+            (staging / "meta.json").write_text(json.dumps(meta.to_dict(), indent=2))
+            if owner_ids is not None and owner_ids != (os.geteuid(), os.getegid()):
+                _chown_tree(staging, *owner_ids)
+            try:
+                os.rename(staging, home / job_id)
+            except BaseException:
+                (self.index_dir / job_id).unlink(missing_ok=True)
+                raise
+            append_line(self.index_log, {"id": job_id, "user": home.name, "time": meta.submitted})
+            self._found[job_id] = home / job_id
+            return RunDir(home / job_id)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _reserve_id(self, slug: str, user_dir: str, wanted: str | None = None) -> str:
+        while True:
+            job_id = wanted or f"{slug}-{secrets.token_hex(4)}"
+            try:
+                os.symlink(f"../{user_dir}/{job_id}", self.index_dir / job_id)
+                return job_id
+            except FileExistsError:
+                if wanted is not None:
+                    raise FileExistsError(f"job id {wanted!r} is taken in {self.root}") from None
+                continue
+
+    def remove(self, job_id: str) -> None:
+        """Delete a job's directory and index entry (a submission that did not go through);
+        its line in the index log is skipped by readers since the job cannot be located."""
+        path = self.locate(job_id)
+        (self.index_dir / job_id).unlink(missing_ok=True)
+        self._found.pop(job_id, None)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    os.chown(top, uid, gid)
+    for parent, dirs, names in os.walk(top):
+        for name in (*dirs, *names):
+            os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
+
+
+def _is_home(entry: os.DirEntry[str]) -> bool:
+    """A user's directory (not the index, a staging area or a file)."""
+    return is_dns1123_label(entry.name) and entry.is_dir()
+
+
+def short_id(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 70 else text[:67] + "..."
