@@ -416,3 +416,56 @@ def test_a_spec_error_crosses_http_as_a_spec_error(
         )
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "spec.queue: no queue 'nope'" in done.stderr
+
+
+# A job's own code, attacking from inside its directory (the local backend runs it as the
+# hub's user, so the files are really the job's): its rank log made a symlink to the hub's
+# config, a rank it does not have pointing at /etc/passwd, a FIFO, a checkpoint marker
+# carrying markup, metric rows of the wrong types.
+PLANTING_SCRIPT = """
+import json, os, pathlib
+run = pathlib.Path(os.environ["AVIFLOW_RUN_DIR"])
+print("planting", flush=True)
+os.symlink(os.environ["HUB_CONFIG"], run / "logs" / "link.tmp")
+os.replace(run / "logs" / "link.tmp", run / "logs" / "rank-0.log")
+os.symlink("/etc/passwd", run / "logs" / "rank-4000.log")
+os.mkfifo(run / "logs" / "rank-4001.log")
+step = run / "checkpoints" / "step-000000001"
+step.mkdir()
+(step / "aviflow-checkpoint.json").write_text(
+    json.dumps({"step": 1, "attempt": "<img src=x onerror=alert(1)>"})
+)
+with open(run / "metrics.jsonl", "a") as f:
+    f.write(json.dumps({"step": "5", "time": 1.0, "values": {"loss": 1.0}}) + "\\n")
+    f.write(json.dumps({"step": 6, "time": 2.0, "attempt": 1, "values": {"loss": 0.5}}) + "\\n")
+"""
+
+
+def test_a_job_planting_symlinks_fifos_and_markup_gets_nothing_served(
+    real_hub: Any, tokens: dict[str, str]
+) -> None:
+    spec = job_spec(
+        "planter", script=PLANTING_SCRIPT, env={"HUB_CONFIG": str(real_hub.config_path)}
+    )
+    r = post(real_hub, tokens["alice"], {"spec": spec})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    assert finish(real_hub, tokens["alice"], job_id) == "SUCCEEDED", real_hub.log()[-3000:]
+    config = real_hub.config_path.read_text()
+    get = lambda path: real_hub.call("GET", f"jobs/{job_id}/{path}", tokens["alice"])  # noqa: E731
+    # the symlinked log of its one rank is refused with the reason, never followed
+    body = refused(get("logs/0?tail=50"), 400, "RequestError", "rank 0's log", "symlink")
+    assert config[:40] not in json.dumps(body)
+    # ranks it does not have are not listed, and not read
+    assert get("logs").json() == {"ranks": [0]}
+    for rank in (4000, 4001):
+        refused(get(f"logs/{rank}?tail=5"), 400, "RequestError", f"has no rank {rank}")
+    # the marker with markup is no checkpoint; the mistyped metric row is skipped
+    assert get("checkpoints").json() == {"checkpoints": []}
+    assert [row["step"] for row in get("metrics").json()["rows"]] == [6]
+    # the job's page shows none of it, and says why the log is not shown
+    page = real_hub.page(f"jobs/{job_id}", tokens["alice"])
+    assert page.status_code == 200, page.text[:500]
+    assert "not shown" in page.text and "symlink" in page.text
+    assert "<img" not in page.text and config[:40] not in page.text and "root:x:0" not in page.text
+    views_stay_up(real_hub, tokens)
