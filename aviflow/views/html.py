@@ -1,4 +1,12 @@
-"""Small HTML helpers shared by every job view (escaping, badges, durations)."""
+"""Small HTML helpers shared by every job view (escaping, badges, durations).
+
+Every value a renderer interpolates goes through :func:`esc` or :func:`num`, whatever its
+declared type: a job writes its own metrics, checkpoint markers and logs, so a field typed
+``int`` can hold any JSON at runtime, and a renderer must not trust a parser to have caught it.
+
+>>> num(3), num(0.5, ".2f"), num("<b>", ".2f")
+('3', '0.50', '&lt;b&gt;')
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,16 @@ STATE_COLORS = {
 
 
 def esc(value: object) -> str:
+    """``value`` as text in HTML (element content or a quoted attribute value)."""
     return html.escape(str(value), quote=True)
+
+
+def num(value: object, spec: str = "") -> str:
+    """A number formatted with ``spec`` (``format(value, spec)``); anything else (a string
+    where a number belongs) is shown as escaped text instead of failing the whole page."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return esc(format(value, spec))
+    return esc(value)
 
 
 def badge(state: str, css_class: str = "aviflow-badge") -> str:

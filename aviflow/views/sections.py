@@ -2,10 +2,12 @@
 
 Pure functions, shared by every place that shows a job: the notebook panel's widgets
 (``aviflow_magics.widgets``), the JupyterLab job view (through the server extension
-``aviflow_jupyter``) and aviflow-api's job page. Everything interpolated is escaped; charts
-are inline SVG (no scripts), each series downsampled to at most ``MAX_POINTS`` points (the
-min and max of each bucket, so spikes survive) so a page's size is bounded however many
-points a job logs.
+``aviflow_jupyter``) and aviflow-api's job page. Everything interpolated is escaped
+(:func:`~aviflow.views.html.esc`, numbers through :func:`~aviflow.views.html.num`), whatever
+its declared type: names, messages, tracebacks, metric keys and checkpoint fields come from
+the job. Charts are inline SVG (no scripts) of the points whose step and value are finite
+numbers, each series downsampled to at most ``MAX_POINTS`` points (the min and max of each
+bucket, so spikes survive) so a page's size is bounded however many points a job logs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aviflow.records import FailureInfo, JobState
-from aviflow.views.html import badge, duration, esc
+from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.snapshot import JobSnapshot
 
 MAX_POINTS = 300
@@ -32,12 +34,12 @@ def header_html(snap: JobSnapshot) -> str:
         f"<b class='aviflow-name'>{esc(snap.name)}</b>",
         f"<code class='aviflow-id'>{esc(snap.id)}</code>",
         badge(snap.state.value),
-        f"<span class='aviflow-elapsed'>elapsed {duration(snap.elapsed)}</span>",
-        f"<span class='aviflow-gpu-hours'>{snap.gpu_hours:.4f} GPU-h</span>",
-        f"<span>{snap.nodes}&times;{snap.gpus_per_node} GPUs</span>",
+        f"<span class='aviflow-elapsed'>elapsed {esc(duration(snap.elapsed))}</span>",
+        f"<span class='aviflow-gpu-hours'>{num(snap.gpu_hours, '.4f')} GPU-h</span>",
+        f"<span>{num(snap.nodes)}&times;{num(snap.gpus_per_node)} GPUs</span>",
     ]
-    if snap.attempt > 1:
-        parts.append(f"<span>attempt {snap.attempt}</span>")
+    if not isinstance(snap.attempt, int) or snap.attempt > 1:
+        parts.append(f"<span>attempt {num(snap.attempt)}</span>")
     line = " &nbsp;·&nbsp; ".join(parts)
     detail = ""
     if snap.state is JobState.QUEUED:
@@ -53,18 +55,23 @@ def ranks_html(snap: JobSnapshot) -> str:
         counts: dict[str, int] = {}
         for r in snap.ranks:
             counts[r.state] = counts.get(r.state, 0) + 1
-        shown = " ".join(f"{badge(s, 'aviflow-rank-state')} &times;{n}" for s, n in counts.items())
-        return f"<div class='aviflow-ranks' style='font-size:12px'>{len(snap.ranks)} ranks: {shown}</div>"
+        shown = " ".join(
+            f"{badge(s, 'aviflow-rank-state')} &times;{num(n)}" for s, n in counts.items()
+        )
+        return (
+            "<div class='aviflow-ranks' style='font-size:12px'>"
+            f"{num(len(snap.ranks))} ranks: {shown}</div>"
+        )
     rows = []
     for node in range(snap.nodes):
         cells = " ".join(
-            f"<span class='aviflow-rank' data-rank='{r.rank}'>rank {r.rank} "
+            f"<span class='aviflow-rank' data-rank='{num(r.rank)}'>rank {num(r.rank)} "
             f"{badge(r.state, 'aviflow-rank-state')}</span>"
             for r in snap.ranks
             if r.node == node
         )
         rows.append(
-            f"<div class='aviflow-node' data-node='{node}'><b>node {node}</b>: {cells}</div>"
+            f"<div class='aviflow-node' data-node='{num(node)}'><b>node {num(node)}</b>: {cells}</div>"
         )
     return "<div class='aviflow-ranks' style='font-size:12px'>" + "".join(rows) + "</div>"
 
@@ -104,19 +111,26 @@ def downsample(
 
 def _fmt(v: float) -> str:
     if v == 0 or 1e-3 <= abs(v) < 1e5:
-        return f"{v:.4g}"
-    return f"{v:.2e}"
+        return num(v, ".4g")
+    return num(v, ".2e")
+
+
+def _finite(x: object) -> bool:
+    """A real number (not a bool, a string or None) that is neither NaN nor infinite."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def render_svg(
     name: str, points: Sequence[tuple[int, float]], width: int = WIDTH, height: int = HEIGHT
 ) -> str:
-    """One chart: a polyline of ``points`` (already downsampled) with min/max labels."""
-    finite = [(s, v) for s, v in points if math.isfinite(v)]
-    title = f"{esc(name)}" + (f" = {_fmt(finite[-1][1])} @ step {finite[-1][0]}" if finite else "")
+    """One chart: a polyline of ``points`` (already downsampled) with min/max labels; a point
+    whose step or value is not a finite number is left out."""
+    finite = [(s, v) for s, v in points if _finite(s) and _finite(v)]
+    title = esc(name) + (f" = {_fmt(finite[-1][1])} @ step {num(finite[-1][0])}" if finite else "")
     parts = [
         f"<svg xmlns='http://www.w3.org/2000/svg' class='aviflow-chart' data-metric='{esc(name)}' "
-        f"data-points='{len(finite)}' width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
+        f"data-points='{num(len(finite))}' width='{num(width)}' height='{num(height)}' "
+        f"viewBox='0 0 {num(width)} {num(height)}' "
         "style='background:white;border:1px solid #e5e7eb;margin:2px'>",
         f"<text x='{_PAD_L}' y='14' font-size='12' font-family='sans-serif' fill='#111'>{title}</text>",
     ]
@@ -136,14 +150,14 @@ def render_svg(
             [f"{x0 + (s - smin) * kx:.1f},{y1 - (v - vmin) * ky:.1f}" for s, v in finite]
         )
         parts.append(
-            f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{coords}'/>"
+            f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{esc(coords)}'/>"
         )
         label = "font-size='10' font-family='sans-serif' fill='#4b5563'"
         parts += [
             f"<text x='{x0 - 4}' y='{y0 + 8}' text-anchor='end' {label}>{_fmt(vmax)}</text>",
             f"<text x='{x0 - 4}' y='{y1}' text-anchor='end' {label}>{_fmt(vmin)}</text>",
-            f"<text x='{x0}' y='{y1 + 14}' {label}>{smin}</text>",
-            f"<text x='{x1}' y='{y1 + 14}' text-anchor='end' {label}>step {smax}</text>",
+            f"<text x='{x0}' y='{y1 + 14}' {label}>{num(smin)}</text>",
+            f"<text x='{x1}' y='{y1 + 14}' text-anchor='end' {label}>step {num(smax)}</text>",
         ]
     else:
         parts.append(
@@ -173,13 +187,27 @@ def charts_html(
     )
 
 
+def _clock(t: object) -> str:
+    """``HH:MM:SS`` of an epoch time; anything else as escaped text; nothing for none (or 0)."""
+    if not t:
+        return ""
+    if _finite(t):
+        try:
+            return esc(time.strftime("%H:%M:%S", time.localtime(t)))  # type: ignore[arg-type]
+        except (OverflowError, OSError, ValueError):
+            pass
+    return esc(t)
+
+
 def checkpoints_html(snap: JobSnapshot) -> str:
+    """The checkpoints, one row each: step, attempt and time as the job's marker has them
+    (each escaped: a marker is written by the job)."""
     if not snap.checkpoints:
         return "<div class='aviflow-checkpoints' style='color:#6b7280;font-size:12px'>no checkpoints yet</div>"
     rows = "".join(
-        f"<tr class='aviflow-checkpoint' data-step='{c.step}'><td>{c.step}</td>"
-        f"<td>{c.attempt if c.attempt is not None else ''}</td>"
-        f"<td>{esc(time.strftime('%H:%M:%S', time.localtime(c.time)) if c.time else '')}</td></tr>"
+        f"<tr class='aviflow-checkpoint' data-step='{num(c.step)}'><td>{num(c.step)}</td>"
+        f"<td>{num(c.attempt) if c.attempt is not None else ''}</td>"
+        f"<td>{_clock(c.time)}</td></tr>"
         for c in snap.checkpoints
     )
     return (

@@ -45,7 +45,7 @@ class JobsTable:
             + "</tr>"
             for r in self.rows
         )
-        note = f"<div style='font-size:11px'>{self.note()}</div>"
+        note = f"<div style='font-size:11px'>{esc(self.note())}</div>"
         return f"<table class='aviflow-jobs'><tr>{head}</tr>{body}</table>{note}"
 
     def note(self) -> str:

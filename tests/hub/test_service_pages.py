@@ -4,7 +4,9 @@ a page per job (the notebook panel's sections, logs, cancel form).
 The pure renderers (:mod:`aviflow_hub.service.page_html`) are checked on exact fragments; then
 one real hub (``real_hub``: alice in team-a, bob in team-b, lead admin of team-a, root hub
 admin; one GPU slot) runs alice's job, whose name is hostile HTML and which logs a metric,
-saves a checkpoint marker and prints a line, while bob's job waits behind it.
+saves a checkpoint marker and prints a line, while bob's job waits behind it. Every response
+(pages, error pages, JSON, redirects) carries the exact Content-Security-Policy and
+``X-Content-Type-Options`` of :data:`SECURITY_HEADERS`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ BASE = "/services/aviflow-api/"
 HOSTILE = "<script>alert(\"x\")&'y'"
 SAFE = escape(HOSTILE)
 pytestmark = pytest.mark.timeout(600)  # &lt;script&gt;alert(&quot;x&quot;)&amp;&#x27;y&#x27;
+# Every response of aviflow-api: no script may run in its pages, whatever a field holds.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'self'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def secured(r: requests.Response) -> bool:
+    return {k: r.headers.get(k) for k in SECURITY_HEADERS} == SECURITY_HEADERS
 
 
 # -- pure renderers -------------------------------------------------------------------------------
@@ -245,6 +257,8 @@ def test_the_home_page_lists_what_the_caller_may_see(
         and "<span>1 of 4 GPUs in use &middot; 0 pending &middot; 0 borrowed</span>" in html
     )
     assert f'<a href="{BASE}report">Usage report</a>' in html
+    report = real_hub.page("report", tokens["alice"])
+    assert report.status_code == 200 and "GPU-hours by team" in report.text and secured(report)
     assert f'<a href="{BASE}api/v1/openapi.json">API (OpenAPI)</a>' in html
     lead = real_hub.page("", tokens["lead"]).text
     assert row_of(lead, a) and b not in lead
@@ -286,6 +300,11 @@ def test_the_job_page_shows_charts_ranks_checkpoints_and_logs(
 
     html = real_hub.until(complete, "the job page shows the metric, checkpoint and log", 120)
     assert "<script>" not in html and f"<h1>Aviflow job {SAFE}</h1>" in html
+    page = real_hub.page(f"jobs/{a}", tokens["alice"])
+    assert page.headers["Content-Type"] == "text/html; charset=utf-8" and secured(page)
+    for route in (f"jobs/{a}/status", "jobs/NOT-AN-ID/status", "no/such/route"):  # JSON too
+        r = real_hub.call("GET", route, tokens["alice"])
+        assert r.headers["Content-Type"] == "application/json" and secured(r), (route, r.headers)
     assert "data-state='RUNNING'" in html and "<span>1&times;1 GPUs</span>" in html
     assert "data-points='2'" in html  # loss at steps 1 and 2
     assert "<tr class='aviflow-checkpoint' data-step='2'><td>2</td><td>1</td>" in html
@@ -302,9 +321,10 @@ def test_the_job_page_shows_charts_ranks_checkpoints_and_logs(
         r = real_hub.page(f"jobs/{job}", tokens[viewer])
         assert r.status_code == 404 and r.headers["Content-Type"].startswith("text/html")
         assert "<h1>404 JobNotFound</h1>" in r.text and "<script>" not in r.text
+        assert secured(r), r.headers  # an error page
     assert real_hub.page("jobs/NOT-AN-ID", tokens["alice"]).status_code == 404
     anonymous = requests.get(f"{real_hub.url}{BASE}jobs/{a}", allow_redirects=False, timeout=60)
-    assert anonymous.status_code == 302  # to the hub's OAuth login
+    assert anonymous.status_code == 302 and secured(anonymous)  # to the hub's OAuth login
 
 
 def test_cancel_from_the_job_page_then_exact_usage(

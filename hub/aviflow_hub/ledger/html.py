@@ -1,9 +1,13 @@
-"""The HTML usage report: tables and inline-SVG bar charts, no scripts, everything escaped."""
+"""The HTML usage report: tables and inline-SVG bar charts, no scripts, everything escaped
+(team and user names are the hub's; numbers go through :func:`aviflow.views.html.num` too)."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
+
+from aviflow.views.html import esc, num
+
+MAX_LABEL = 28  # characters of a chart's label
 
 _TITLES = {
     "team": "GPU-hours by team",
@@ -32,9 +36,10 @@ def bar_chart(rows: list[dict[str, Any]], width: int = 560, bar: int = 18) -> st
         y = gap + i * (bar + gap)
         w = round((width - label_w - 80) * r["gpu_hours"] / top, 1)
         parts.append(
-            f'<text x="0" y="{y + bar - 4}" font-size="12">{escape(str(r["key"]))[:28]}</text>'
-            f'<rect x="{label_w}" y="{y}" width="{w}" height="{bar}" fill="#4c78a8"/>'
-            f'<text x="{label_w + w + 4}" y="{y + bar - 4}" font-size="12">{r["gpu_hours"]:.2f}</text>'
+            f'<text x="0" y="{y + bar - 4}" font-size="12">{esc(str(r["key"])[:MAX_LABEL])}</text>'
+            f'<rect x="{label_w}" y="{y}" width="{num(w)}" height="{bar}" fill="#4c78a8"/>'
+            f'<text x="{num(label_w + w + 4)}" y="{y + bar - 4}" font-size="12">'
+            f"{num(r['gpu_hours'], '.2f')}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -42,12 +47,13 @@ def bar_chart(rows: list[dict[str, Any]], width: int = 560, bar: int = 18) -> st
 
 def _table(rows: list[dict[str, Any]], by: str) -> str:
     head = "".join(
-        f"<th>{escape(h)}</th>"
+        f"<th>{esc(h)}</th>"
         for h in (by, "GPU-hours", "attempts", "jobs", "restarts", "preemptions")
     )
     body = "".join(
-        f"<tr><td>{escape(str(r['key']))}</td><td>{r['gpu_hours']:.3f}</td><td>{r['attempts']}</td>"
-        f"<td>{r['jobs']}</td><td>{r['restarts']}</td><td>{r['preemptions']}</td></tr>"
+        f"<tr><td>{esc(r['key'])}</td><td>{num(r['gpu_hours'], '.3f')}</td>"
+        f"<td>{num(r['attempts'])}</td><td>{num(r['jobs'])}</td><td>{num(r['restarts'])}</td>"
+        f"<td>{num(r['preemptions'])}</td></tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -65,13 +71,13 @@ def render_report(
     blocks = []
     for by, rows in sections.items():
         blocks.append(
-            f'<section id="by-{escape(by)}"><h2>{escape(_TITLES.get(by, by))}</h2>'
+            f'<section id="by-{esc(by)}"><h2>{esc(_TITLES.get(by, by))}</h2>'
             f"{bar_chart(rows)}{_table(rows, by)}"
-            f'<p><a href="{escape(csv_base)}?by={escape(by)}&amp;format=csv">CSV</a></p></section>'
+            f'<p><a href="{esc(csv_base)}?by={esc(by)}&amp;format=csv">CSV</a></p></section>'
         )
     return (
         '<!doctype html><html><head><meta charset="utf-8"><title>Aviflow usage</title>'
         f"<style>{REPORT_CSS}</style></head><body>"
-        f"<h1>Aviflow GPU usage</h1><p>Viewer: {escape(viewer)} &middot; scope: {escape(scope)}"
-        f" &middot; generated {escape(generated)}</p>{''.join(blocks)}</body></html>"
+        f"<h1>Aviflow GPU usage</h1><p>Viewer: {esc(viewer)} &middot; scope: {esc(scope)}"
+        f" &middot; generated {esc(generated)}</p>{''.join(blocks)}</body></html>"
     )

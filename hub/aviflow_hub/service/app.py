@@ -29,7 +29,7 @@ from tornado.web import Application
 from aviflow.views.snapshot import SnapshotReaders
 from aviflow_hub.config import load_config
 from aviflow_hub.ledger.store import Ledger
-from aviflow_hub.service.base import NotFound
+from aviflow_hub.service.base import NotFound, SecurityHeaders
 from aviflow_hub.service.context import ServiceContext, make_backend
 from aviflow_hub.service.ingest import Ingest
 from aviflow_hub.service.jobs import CancelHandler, JobHandler, JobsHandler
@@ -49,7 +49,7 @@ _ID = r"([^/]+)"  # checked by the handlers: a bad id is a JSON 404, not a missi
 MAX_BODY_SIZE = 1 << 20
 
 
-class OAuthCallback(HubOAuthCallbackHandler):
+class OAuthCallback(SecurityHeaders, HubOAuthCallbackHandler):
     """Finishes the OAuth login with the service's own HubOAuth (it holds the PKCE state)."""
 
     def initialize(self, ctx: ServiceContext) -> None:

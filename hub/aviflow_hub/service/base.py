@@ -9,6 +9,12 @@ Every error is answered as JSON: ``{"status", "error": <class name>, "message", 
 (:meth:`aviflow.errors.AviflowError.to_wire`, cut to a few KB), which
 :func:`aviflow.errors.from_wire` raises again in the notebook as the same class. Routes that
 do not exist answer the same way (:class:`NotFound`, the application's default handler).
+
+Every response, pages, JSON, CSV and redirects alike, errors included, carries
+:data:`SECURITY_HEADERS` (:class:`SecurityHeaders`): a Content-Security-Policy that allows no
+script, plugin, frame, font or connection at all, only the pages' own inline styles, images
+from aviflow-api's origin, forms that post back to it, and framing by the hub's origin;
+``X-Content-Type-Options: nosniff``, so a log or a JSON body is never sniffed into HTML.
 """
 
 from __future__ import annotations
@@ -40,6 +46,25 @@ MAX_PROBLEMS = 20
 MAX_PROBLEM = 500
 _BY_STATUS: dict[int, type[AviflowError]] = {404: JobNotFound, 403: AccessDenied, 409: BackendError}
 
+# What aviflow-api's pages need, and nothing else: their <style> block and style attributes
+# (inline SVG charts are part of the document), the cancel forms, which post to aviflow-api,
+# and links (navigation is not restricted). No script at all: a job's name or log line that
+# escaped escaping would still not run.
+CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'none'",
+        "style-src 'unsafe-inline'",
+        "img-src 'self'",
+        "form-action 'self'",
+        "base-uri 'none'",
+        "frame-ancestors 'self'",
+    )
+)
+SECURITY_HEADERS: dict[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+}
+
 
 def wire_error(
     exc: BaseException | None, status: int, reason: str = ""
@@ -64,7 +89,17 @@ def wire_error(
     }
 
 
-class JsonErrors(RequestHandler):
+class SecurityHeaders(RequestHandler):
+    """Sends :data:`SECURITY_HEADERS` with every response (tornado sets default headers again
+    when it clears a response for an error page)."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        for name, value in SECURITY_HEADERS.items():
+            self.set_header(name, value)
+
+
+class JsonErrors(SecurityHeaders):
     """Errors as JSON bodies (see the module docstring); AviflowErrors logged as one line."""
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

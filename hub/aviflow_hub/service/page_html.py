@@ -6,7 +6,10 @@ status badge, queue position and reason, first failing rank, size, elapsed time 
 GPU-hours. The job page (:func:`job_page_html`) is the notebook panel's own rendering
 (:func:`aviflow.views.sections.sections_html`) plus each rank's last log lines. Badges,
 durations and sections come from :mod:`aviflow.views`; the look is the usage report's
-(:data:`aviflow_hub.ledger.html.REPORT_CSS`). Everything interpolated is escaped.
+(:data:`aviflow_hub.ledger.html.REPORT_CSS`). Everything interpolated is escaped, numbers too
+(:func:`aviflow.views.html.num`): a record's fields are only as typed as what wrote them. The
+pages carry no script; aviflow-api sends them with a Content-Security-Policy that allows none
+(:data:`aviflow_hub.service.base.SECURITY_HEADERS`).
 
 >>> from aviflow.records import QueueQuota
 >>> queue_bar(QueueQuota("qa", gpu_quota=4, gpus_in_use=1, team="a"))[:40]
@@ -17,11 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from html import escape
 from urllib.parse import quote
 
 from aviflow.records import JobState, JobSummary, QueueQuota
-from aviflow.views.html import badge, duration
+from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.sections import log_html, sections_html
 from aviflow.views.snapshot import JobSnapshot
 from aviflow_hub.ledger.html import REPORT_CSS
@@ -42,13 +44,13 @@ MAX_PENDING_SHOWN = 10
 def page_html(title: str, body: str) -> str:
     """A whole page: ``title`` is text (escaped here), ``body`` is HTML."""
     return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>'
         f"<style>{PAGE_CSS}</style></head><body>{body}</body></html>"
     )
 
 
 def nav_html(base: str) -> str:
-    b = escape(base)
+    b = esc(base)
     return (
         f'<nav><a href="{b}">Jobs</a> &middot; <a href="{b}report">Usage report</a> &middot; '
         f'<a href="{b}api/v1/openapi.json">API (OpenAPI)</a></nav>'
@@ -62,10 +64,10 @@ def job_url(base: str, job_id: str) -> str:
 
 def cancel_form(base: str, job_id: str, xsrf: str, back: str = "") -> str:
     """A POST form that cancels the job (``back="job"``: then return to the job's page)."""
-    field = f'<input type="hidden" name="back" value="{escape(back)}">' if back else ""
+    field = f'<input type="hidden" name="back" value="{esc(back)}">' if back else ""
     return (
-        f'<form method="post" action="{escape(job_url(base, job_id))}/cancel">'
-        f'<input type="hidden" name="_xsrf" value="{escape(xsrf)}">{field}'
+        f'<form method="post" action="{esc(job_url(base, job_id))}/cancel">'
+        f'<input type="hidden" name="_xsrf" value="{esc(xsrf)}">{field}'
         '<button type="submit">Cancel</button></form>'
     )
 
@@ -75,28 +77,30 @@ def queue_bar(q: QueueQuota) -> str:
     own = max(0, q.gpus_in_use - q.borrowed)
     if q.gpu_quota is None:
         scale = max(q.gpus_in_use, 1)
-        held = f"{q.gpus_in_use} GPUs in use (no quota)"
+        held = f"{num(q.gpus_in_use)} GPUs in use (no quota)"
     else:
         scale = max(q.gpu_quota + q.borrowed, q.gpus_in_use, 1)
-        held = f"{q.gpus_in_use} of {q.gpu_quota} GPUs in use"
+        held = f"{num(q.gpus_in_use)} of {num(q.gpu_quota)} GPUs in use"
     bar = (
-        f'<span class="bar"><span class="used" style="width:{100 * own / scale:.1f}%"></span>'
-        f'<span class="borrowed" style="width:{100 * q.borrowed / scale:.1f}%"></span></span>'
+        f'<span class="bar"><span class="used" style="width:{num(100 * own / scale, ".1f")}%">'
+        f'</span><span class="borrowed" style="width:{num(100 * q.borrowed / scale, ".1f")}%">'
+        "</span></span>"
     )
-    text = f"{held} &middot; {q.pending_count} pending &middot; {q.borrowed} borrowed"
+    text = f"{held} &middot; {num(q.pending_count)} pending &middot; {num(q.borrowed)} borrowed"
     waiting = ""
     if q.pending:
         shown = ", ".join(
-            f"{p.position}. {escape(p.user)} <code>{escape(p.id)}</code> ({p.gpus} GPUs)"
+            f"{num(p.position)}. {esc(p.user)} <code>{esc(p.id)}</code> ({num(p.gpus)} GPUs)"
             for p in q.pending[:MAX_PENDING_SHOWN]
         )
         more = len(q.pending) - MAX_PENDING_SHOWN
         waiting = (
-            f'<div class="detail">waiting: {shown}{f", and {more} more" if more > 0 else ""}</div>'
+            f'<div class="detail">waiting: {shown}'
+            f"{f', and {num(more)} more' if more > 0 else ''}</div>"
         )
     return (
-        f'<div class="queue" data-queue="{escape(q.queue)}"><b>{escape(q.team or "")}</b> '
-        f"<code>{escape(q.queue)}</code>{bar}<span>{text}</span>{waiting}</div>"
+        f'<div class="queue" data-queue="{esc(q.queue)}"><b>{esc(q.team or "")}</b> '
+        f"<code>{esc(q.queue)}</code>{bar}<span>{text}</span>{waiting}</div>"
     )
 
 
@@ -110,17 +114,17 @@ def queues_html(quotas: Sequence[QueueQuota]) -> str:
 def job_detail(s: JobSummary) -> str:
     """Why a queued job waits, where a failed one failed first, else its message."""
     if s.state is JobState.QUEUED:
-        where = f"position {s.queue_position} in the queue" if s.queue_position else "queued"
-        why = f": {escape(s.message)}" if s.message else ""
+        where = f"position {num(s.queue_position)} in the queue" if s.queue_position else "queued"
+        why = f": {esc(s.message)}" if s.message else ""
         return f'<div class="detail">{where}{why}</div>'
     if s.state is JobState.FAILED and s.failure is not None:
         what = s.failure.what()
         return (
-            f'<div class="detail failed">first failure: {escape(s.failure.where())}'
-            f"{f' &mdash; {escape(what)}' if what else ''}</div>"
+            f'<div class="detail failed">first failure: {esc(s.failure.where())}'
+            f"{f' &mdash; {esc(what)}' if what else ''}</div>"
         )
     if s.message and s.state is not JobState.RUNNING:
-        return f'<div class="detail">{escape(s.message)}</div>'
+        return f'<div class="detail">{esc(s.message)}</div>'
     return ""
 
 
@@ -134,15 +138,15 @@ def elapsed(s: JobSummary, now: float) -> str:
 def job_row(s: JobSummary, base: str, xsrf: str, now: float) -> str:
     """One table row (see :data:`JOB_COLUMNS`); an unfinished job gets a cancel form."""
     form = "" if s.state.is_finished() else cancel_form(base, s.id, xsrf)
-    link = f'<a href="{escape(job_url(base, s.id))}">{escape(s.name or s.id)}</a>'
-    where = escape(s.queue) if not s.team else f"{escape(s.team)} / {escape(s.queue)}"
+    link = f'<a href="{esc(job_url(base, s.id))}">{esc(s.name or s.id)}</a>'
+    where = esc(s.queue) if not s.team else f"{esc(s.team)} / {esc(s.queue)}"
     return (
-        f'<tr data-job="{escape(s.id)}"><td>{link}<br><code>{escape(s.id)}</code></td>'
-        f"<td>{escape(s.user)}</td><td>{where}</td>"
+        f'<tr data-job="{esc(s.id)}"><td>{link}<br><code>{esc(s.id)}</code></td>'
+        f"<td>{esc(s.user)}</td><td>{where}</td>"
         f"<td>{badge(s.state.value)}{job_detail(s)}</td>"
-        f"<td>{s.nodes}&times;{s.gpus_per_node} GPUs</td>"
-        f'<td class="num">{elapsed(s, now)}</td>'
-        f'<td class="num">{s.gpu_seconds / 3600:.3f}</td><td>{form}</td></tr>'
+        f"<td>{num(s.nodes)}&times;{num(s.gpus_per_node)} GPUs</td>"
+        f'<td class="num">{esc(elapsed(s, now))}</td>'
+        f'<td class="num">{num(s.gpu_seconds / 3600, ".3f")}</td><td>{form}</td></tr>'
     )
 
 
@@ -158,7 +162,7 @@ def job_rows(jobs: Sequence[JobSummary], base: str, xsrf: str, now: float | None
 def jobs_html(jobs: Sequence[JobSummary], base: str, xsrf: str, now: float) -> str:
     if not jobs:
         return '<section id="jobs"><h2>Jobs</h2><p>No jobs yet.</p></section>'
-    head = "".join(f"<th>{escape(h)}</th>" for h in JOB_COLUMNS)
+    head = "".join(f"<th>{esc(h)}</th>" for h in JOB_COLUMNS)
     return (
         f'<section id="jobs"><h2>Jobs</h2><table class="jobs"><thead><tr>{head}</tr></thead>'
         f"<tbody>{job_rows(jobs, base, xsrf, now)}</tbody></table></section>"
@@ -178,8 +182,8 @@ def home_html(
     """The service's front page: the viewer's queues, then the jobs they may see."""
     return page_html(
         "Aviflow jobs",
-        f"<h1>Aviflow jobs of {escape(viewer)}</h1>{nav_html(base)}"
-        f"<p>Scope: {escape(scope)}</p>"
+        f"<h1>Aviflow jobs of {esc(viewer)}</h1>{nav_html(base)}"
+        f"<p>Scope: {esc(scope)}</p>"
         f"{queues_html(quotas)}{jobs_html(jobs, base, xsrf, now)}",
     )
 
@@ -188,9 +192,13 @@ def logs_html(logs: Sequence[tuple[int, str]], total: int) -> str:
     """Each shown rank's log tail; a note when only the first of ``total`` ranks are shown."""
     if not logs:
         return "<p>No rank has written a log yet.</p>"
-    note = f"<p>Showing the logs of {len(logs)} of {total} ranks.</p>" if total > len(logs) else ""
+    shown = len(logs)
+    note = (
+        f"<p>Showing the logs of {num(shown)} of {num(total)} ranks.</p>" if total > shown else ""
+    )
     return note + "".join(
-        f'<div class="rank-log" data-rank="{rank}"><h3>rank {rank}</h3>{log_html(text)}</div>'
+        f'<div class="rank-log" data-rank="{num(rank)}"><h3>rank {num(rank)}</h3>'
+        f"{log_html(text)}</div>"
         for rank, text in logs
     )
 
@@ -207,15 +215,13 @@ def job_page_html(
     """One job: the panel's sections, the logs, a cancel form while it is unfinished."""
     parts = sections_html(snap)
     where = (
-        escape(summary.queue)
-        if not summary.team
-        else f"{escape(summary.team)} / {escape(summary.queue)}"
+        esc(summary.queue) if not summary.team else f"{esc(summary.team)} / {esc(summary.queue)}"
     )
     form = "" if snap.state.is_finished() else cancel_form(base, snap.id, xsrf, back="job")
     return page_html(
         f"{snap.name} · Aviflow job",
-        f"<h1>Aviflow job {escape(snap.name)}</h1>{nav_html(base)}"
-        f'<p><a href="{escape(base)}">&larr; all jobs</a> &middot; user {escape(summary.user)}'
+        f"<h1>Aviflow job {esc(snap.name)}</h1>{nav_html(base)}"
+        f'<p><a href="{esc(base)}">&larr; all jobs</a> &middot; user {esc(summary.user)}'
         f" &middot; {where}</p>"
         f'<section id="header">{parts["header"]}{parts["failure"]}{form}</section>'
         f'<section id="charts"><h2>Metrics</h2>{parts["charts"]}</section>'
@@ -229,5 +235,5 @@ def error_page_html(status: int, error: str, message: str, base: str) -> str:
     """An error as a page (a job the viewer may not see is a 404, as in the API)."""
     return page_html(
         f"{status} · Aviflow",
-        f"<h1>{status} {escape(error)}</h1><p>{escape(message)}</p>{nav_html(base)}",
+        f"<h1>{num(status)} {esc(error)}</h1><p>{esc(message)}</p>{nav_html(base)}",
     )

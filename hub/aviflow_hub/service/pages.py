@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aviflow.backends.base import Backend
-from aviflow.errors import AccessDenied
+from aviflow.errors import AccessDenied, UnsafeJobFile
 from aviflow.views.snapshot import SnapshotReaders
 from aviflow_hub.ledger.html import render_report
 from aviflow_hub.ledger.reports import GROUPINGS, usage_report
@@ -74,10 +74,13 @@ def read_logs(backend: Backend, job_id: str) -> tuple[list[tuple[int, str]], int
     """The last lines of the first :data:`MAX_LOG_RANKS` ranks' logs, and how many ranks
     have a log."""
     ranks = backend.ranks(job_id)
-    logs = [
-        (rank, backend.log(job_id, rank, tail=LOG_TAIL_LINES).text)
-        for rank in ranks[:MAX_LOG_RANKS]
-    ]
+    logs = []
+    for rank in ranks[:MAX_LOG_RANKS]:
+        try:
+            text = backend.log(job_id, rank, tail=LOG_TAIL_LINES).text
+        except UnsafeJobFile as exc:  # the job made its log a symlink or a special file
+            text = f"[aviflow: not shown: {exc}]"
+        logs.append((rank, text))
     return logs, len(ranks)
 
 

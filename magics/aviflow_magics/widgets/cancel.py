@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
+from aviflow.views.html import esc
 from aviflow.views.snapshot import JobSnapshot
 from aviflow_magics.widgets._sync import hold_sync_all
 
@@ -55,7 +56,7 @@ class CancelButton(w.HBox):
                 done = self.canceller()
                 self.note.value = "cancelled" if done else "already finished"
             except Exception as exc:  # shown in the panel, not raised in a thread
-                self.note.value = f"cancel failed: {exc}"
+                self.note.value = f"cancel failed: {esc(exc)}"  # an HTML widget
                 self.button.disabled = False
 
         self._thread = threading.Thread(target=run, name="aviflow-cancel", daemon=True)

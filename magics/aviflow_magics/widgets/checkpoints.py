@@ -16,12 +16,22 @@ from aviflow_magics.widgets._sync import hold_sync_all
 PathResolver = Callable[[CheckpointRef], Path]
 
 
+def _comment(text: object) -> str:
+    """``text`` as ``#`` comment lines: a line break in a job-written field (a checkpoint
+    marker's step) must not turn the rest of it into code the user runs.
+
+    >>> _comment("step 1\\nimport os")
+    '# step 1\\n# import os\\n'
+    """
+    return "".join(f"# {line}\n" for line in str(text).splitlines() or [""])
+
+
 def load_snippet(ref: CheckpointRef, path: Path | None, problem: str = "") -> str:
     """Python that loads checkpoint ``ref`` with accelerate's ``load_state``; ``path`` is
     where this notebook sees it (None: not readable here, ``problem`` says why)."""
-    head = f"# checkpoint step {ref.step} of job {ref.job_id}\n"
+    head = _comment(f"checkpoint step {ref.step} of job {ref.job_id}")
     if path is None:
-        return head + f"# {problem}\n"
+        return head + _comment(problem)
     return (
         head + "from accelerate import Accelerator\n"
         "accelerator = Accelerator(cpu=True)  # drop cpu=True on a GPU machine\n"
