@@ -385,9 +385,52 @@ class TrainerImage:
         return f"{self.name} ({where})" if where else self.name
 
 
+# What a client may say about where a job comes from (``origin``): the notebook and cell that
+# launched it, as ``aviflow_magics``' ``make_origin`` writes it. Each key: its type and its
+# largest size (characters for text, the value for a count).
+ORIGIN_CLAIM: dict[str, tuple[type, int]] = {
+    "kind": (str, 64),  # "notebook-cell"
+    "notebook": (str, 4096),  # the notebook's path, as the kernel knows it
+    "cell_id": (str, 8192),  # nbformat: 1 to 64 characters; VS Code: a URI with the path
+    "execution_count": (int, 2**31 - 1),
+    "cell_hash": (str, 128),  # "sha256:<hex>" of the cell's source
+}
+
+
+def origin_claim(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """What is recorded of the ``origin`` a client sends about itself: the keys of
+    :data:`ORIGIN_CLAIM`, each of its type and size (or null), and nothing else. It is the
+    client's claim, shown to help find the cell again and never trusted: who submitted is
+    :attr:`JobMeta.user` and :attr:`JobMeta.team`, recorded by whoever authenticated the
+    submission, so an identity in the claim (``user``, ``team``, ``hub``), a ``namespace``
+    or a value of the wrong type or size is dropped.
+
+    >>> origin_claim({"notebook": "a.ipynb", "cell_id": "c1", "execution_count": 3,
+    ...               "cell_hash": 7, "user": "carol", "hub": {"user": "carol"}})
+    {'notebook': 'a.ipynb', 'cell_id': 'c1', 'execution_count': 3}
+    """
+    out: dict[str, Any] = {}
+    for key, (kind, limit) in ORIGIN_CLAIM.items():
+        if key not in raw:
+            continue
+        value: Any = raw[key]
+        if value is None or (
+            type(value) is kind  # not isinstance(): True is not a count
+            and isinstance(value, str | int)
+            and 0 <= (len(value) if isinstance(value, str) else value) <= limit
+        ):
+            out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class JobMeta:
-    """What was recorded at submission (``meta.json``); never changes afterwards."""
+    """What was recorded at submission (``meta.json``); never changes afterwards.
+
+    ``user`` and ``team`` are who submitted, as whoever authenticated the submission recorded
+    them (aviflow-api, the controller). ``origin`` is where the job says it comes from: the
+    client's claim (:func:`origin_claim` on aviflow-api), never an identity, plus what the
+    backend that recorded it adds (the Kubernetes ``namespace``; ``via: kubectl``)."""
 
     id: str
     name: str

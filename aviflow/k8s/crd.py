@@ -4,8 +4,9 @@
 structural OpenAPI v3 schema: references inlined, optional fields as plain properties,
 ``int | str`` quantities as ``x-kubernetes-int-or-string``, the limits and the CEL rules
 (``x-kubernetes-validations``) the model declares next to its validators. So the API server
-refuses the specs :meth:`TrainJob.from_dict` refuses, with the same kind of message, and a
-golden test (``tests/core/test_crd.py``) keeps the committed manifest
+refuses the specs :meth:`TrainJob.from_dict` refuses, with the same kind of message, and
+refuses any change of ``spec`` after creation (:data:`IMMUTABLE_SPEC`). A golden test
+(``tests/k8s/test_crd.py``) keeps the committed manifest
 (``aviflow/k8s/trainjobs.aviflow.dev.yaml``) in step with the model::
 
     python -m aviflow.k8s.crd > aviflow/k8s/trainjobs.aviflow.dev.yaml
@@ -103,13 +104,30 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The spec is fixed at creation: the controller builds every attempt from what was submitted,
+# and `kubectl get trainjobs` shows the spec. No field is meant to change; to run it otherwise,
+# cancel the job and submit a new one. Metadata (the cancel annotation, labels) and the status
+# subresource stay writable. A transition rule: checked on updates only, equality of the whole
+# object costs what the schema's size limits allow.
+IMMUTABLE_SPEC: dict[str, str] = {
+    "message": (
+        "the spec of a TrainJob cannot be changed after it is created; cancel the job "
+        f"(`aviflow cancel ID`, or `kubectl annotate {PLURAL} ID aviflow.dev/cancel=why`) "
+        "and submit a new one"
+    ),
+    "rule": "self == oldSelf",
+}
+
+
 def spec_schema() -> dict[str, Any]:
-    """The structural schema of ``spec``, from :class:`~aviflow.spec.TrainJobSpec`."""
+    """The structural schema of ``spec``, from :class:`~aviflow.spec.TrainJobSpec`, with the
+    rule that it never changes after creation (:data:`IMMUTABLE_SPEC`)."""
     raw = TrainJobSpec.model_json_schema(by_alias=True)
     out = structural(raw, raw.get("$defs", {}))
     for name, field in TrainJobSpec.model_fields.items():
         if field.default_factory is not None:  # {} so the API server fills in nested defaults
             out["properties"][field.alias or name]["default"] = {}
+    out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", []), IMMUTABLE_SPEC]
     return out
 
 

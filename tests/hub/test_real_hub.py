@@ -34,6 +34,19 @@ SLEEPER = {
     "spec": {"script": "import time\ntime.sleep(900)\n"},
 }
 JOB_PARTS = ["", "/status", "/events", "/logs", "/logs/0", "/metrics", "/checkpoints", "/failures"]
+# Where alice's job says it comes from; her client also claims it is carol's, of team-b.
+CELL = {
+    "kind": "notebook-cell",
+    "notebook": "/home/alice/t.ipynb",
+    "cell_id": "c1",
+    "execution_count": 2,
+}
+CLAIMS_CAROL = {
+    **CELL,
+    "user": "carol",
+    "team": "team-b",
+    "hub": {"user": "carol", "team": "team-b"},
+}
 
 
 def spec(queue: str = "default", name: str = "sleeper") -> dict[str, Any]:
@@ -60,7 +73,7 @@ def wait_state(hub: Any, token: str, job_id: str, states: set[str], timeout: flo
 @pytest.fixture(scope="module")
 def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
     """alice's job runs (the only GPU slot); bob's waits behind it."""
-    a = api.submit(spec(), backend=client(real_hub, tokens["alice"])).id
+    a = api.submit(spec(), backend=client(real_hub, tokens["alice"]), origin=CLAIMS_CAROL).id
     wait_state(real_hub, tokens["alice"], a, {"STARTING", "RUNNING"})
     b = api.submit(spec(), backend=client(real_hub, tokens["bob"])).id
     return {"alice": a, "bob": b}
@@ -83,6 +96,11 @@ def test_submission_lands_in_the_users_team_queue(
     )
     assert (got["nodes"], got["gpusPerNode"], got["gpus"]) == (1, 1, 1)
     assert got["state"] == got["status"]["state"]  # the summary carries the current status
+    # what alice's client said about itself is kept as far as it names the cell, never carol
+    listed = real_hub.call("GET", "jobs", tokens["alice"]).json()["jobs"]
+    assert got["meta"]["origin"] == got["origin"] == listed[0]["origin"] == CELL
+    for other in ("carol", "team-b"):
+        assert other not in json.dumps(got) + json.dumps(listed), (other, got)
     bob = real_hub.call("GET", f"jobs/{jobs['bob']}", tokens["bob"]).json()
     assert (bob["team"], bob["queue"], bob["state"]) == ("team-b", "queue-b", "QUEUED")
     assert client(real_hub, tokens["bob"]).status(jobs["bob"]).queue_position == 1

@@ -21,7 +21,7 @@ from aviflow.errors import (
     SpecError,
     from_wire,
 )
-from aviflow.records import JobState, JobSummary, PendingJob, QueueQuota
+from aviflow.records import ORIGIN_CLAIM, JobState, JobSummary, PendingJob, QueueQuota
 from aviflow_hub.authz import READ_SCOPE, Principal
 from aviflow_hub.config import HubConfig
 from aviflow_hub.openapi import _document, operations
@@ -115,13 +115,13 @@ def test_bundle_file_names(name: str, problem: str | None) -> None:
 
 def test_a_submission_is_checked_whole() -> None:
     job, bundle = parse_submission(
-        body(bundle={"files": {"pkg/a.py": "eA=="}, "origin": {"nb": "x"}})
+        body(bundle={"files": {"pkg/a.py": "eA=="}, "origin": {"notebook": "x.ipynb"}})
     )
     assert (job.metadata.name, bundle.files, bundle.entrypoint, bundle.origin) == (
         "t",
         {"pkg/a.py": b"x", "train.py": b"print(1)"},
         "train.py",
-        {"nb": "x"},
+        {"notebook": "x.ipynb"},
     )
     cases: list[tuple[bytes, type[Exception], str]] = [
         (b"[" * 100_000 + b"]" * 100_000, RequestError, "nested too deeply"),
@@ -267,6 +267,52 @@ def _served() -> set[tuple[str, str]]:
             if method in vars(rule.target):
                 out |= {(method.upper(), p) for p in paths}
     return out
+
+
+def test_the_origin_a_client_sends_is_a_bounded_claim_that_never_names_anyone() -> None:
+    """alice's notebook may say which notebook and cell a job comes from; it cannot say the
+    job is carol's (or team-b's): who submitted is recorded by the submit handler."""
+    cell = {
+        "kind": "notebook-cell",
+        "notebook": "/home/alice/train.ipynb",
+        "cell_id": "c-7",
+        "execution_count": 3,
+        "cell_hash": "sha256:" + "0" * 64,
+    }
+    hostile = {
+        **cell,
+        "user": "carol",
+        "team": "team-b",
+        "owner": "carol",
+        "hub": {"user": "carol", "team": "team-b"},
+        "namespace": "team-b",
+        "via": "kubectl",
+    }
+    _, bundle = parse_submission(body(bundle={"origin": hostile}))
+    assert bundle.origin == cell
+    assert "carol" not in json.dumps(bundle.manifest()) and "team-b" not in json.dumps(
+        bundle.manifest()
+    )
+    # each key of its type and size; an unknown one or a wrong one is dropped, not refused
+    odd = {
+        "kind": "k" * 65,
+        "notebook": ["carol"],
+        "cell_id": None,
+        "execution_count": True,
+        "cell_hash": {"user": "carol"},
+    }
+    assert parse_bundle({"origin": odd}).origin == {"cell_id": None}
+    assert parse_bundle({"origin": {"execution_count": -1, "nb": "x"}}).origin == {}
+    assert parse_bundle({"origin": {"notebook": "n" * 4096}}).origin == {"notebook": "n" * 4096}
+    assert parse_bundle({"origin": {"notebook": "n" * 4097}}).origin == {}
+    assert parse_bundle({}).origin == {}
+    # the published document says the same
+    documented = _document()["components"]["schemas"]["Origin"]["properties"]
+    assert {k: v.get("maxLength", v.get("maximum")) for k, v in documented.items()} == {
+        **{k: limit for k, (_, limit) in ORIGIN_CLAIM.items()},
+        "namespace": None,
+        "via": None,
+    }
 
 
 def test_the_openapi_document_describes_every_route_and_the_error_body() -> None:

@@ -14,7 +14,18 @@ from typing import Any
 import pytest
 import yaml
 
-from aviflow.k8s.crd import NAME, committed, render, spec_schema, trainjob_crd
+from aviflow.k8s.crd import (
+    GROUP,
+    IMMUTABLE_SPEC,
+    NAME,
+    PLURAL,
+    VERSION,
+    committed,
+    render,
+    spec_schema,
+    trainjob_crd,
+)
+from aviflow.k8s.manifests import ANNOTATION_CANCEL
 from aviflow.records import JobStatus
 from aviflow.spec import TrainJob
 
@@ -165,3 +176,68 @@ def test_an_invalid_trainjob_is_refused_by_the_api_server(
     assert refused.returncode != 0
     assert message in refused.stderr, refused.stderr
     assert crd_installed.kubectl("get", "tj", "-n", k8s_namespace, "-o", "name").stdout == ""
+
+
+@pytest.mark.cluster
+def test_the_spec_is_immutable_but_metadata_and_status_are_not(
+    crd_installed: Any, k8s_namespace: str
+) -> None:
+    """`kubectl edit` of a TrainJob's spec is refused (the controller would ignore it and
+    `kubectl get` would show it); cancelling (an annotation), labels and the controller's
+    status updates still work."""
+    from kubernetes import client
+
+    assert apply(crd_installed, k8s_namespace, VALID).returncode == 0
+    again = apply(crd_installed, k8s_namespace, VALID)  # the same spec: nothing changes
+    assert (again.returncode, again.stdout.strip()) == (
+        0,
+        "trainjob.aviflow.dev/tiny-regression unchanged",
+    )
+    with crd_installed.api_client() as api:
+        custom = client.CustomObjectsApi(api)
+
+        def patch(body: dict[str, Any], status: bool = False) -> Any:
+            call = (
+                custom.patch_namespaced_custom_object_status
+                if status
+                else custom.patch_namespaced_custom_object
+            )
+            return call(GROUP, VERSION, k8s_namespace, PLURAL, "tiny-regression", body)
+
+        for change in (
+            {"gpusPerNode": 4},
+            {"queue": "another-team"},
+            {"maxRestarts": 5},
+            {"env": {"HF_HOME": "/elsewhere"}},
+            {"resumeFrom": {"job": "someone-elses", "step": 1}},
+            {"timeLimit": None},  # removing a field is a change too
+        ):
+            with pytest.raises(client.ApiException) as refused:
+                patch({"spec": change})
+            answer = json.loads(refused.value.body)
+            assert (refused.value.status, answer["reason"]) == (422, "Invalid"), change
+            assert answer["message"] == (
+                f'TrainJob.aviflow.dev "tiny-regression" is invalid: spec: Invalid value: '
+                f"{IMMUTABLE_SPEC['message']}"
+            ), change
+            assert answer["details"]["causes"] == [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": f"Invalid value: {IMMUTABLE_SPEC['message']}",
+                    "field": "spec",
+                }
+            ], change
+        # the cancel path (aviflow cancel, or kubectl annotate), labels and the status stay open
+        patch({"metadata": {"annotations": {ANNOTATION_CANCEL: "cancelled by alice"}}})
+        patch({"metadata": {"labels": {"purpose": "test"}}})
+        patch({"status": {"state": "CANCELLED", "message": "cancelled by alice"}}, status=True)
+        stored = custom.get_namespaced_custom_object(
+            GROUP, VERSION, k8s_namespace, PLURAL, "tiny-regression"
+        )
+    assert stored["metadata"]["annotations"][ANNOTATION_CANCEL] == "cancelled by alice"
+    assert stored["metadata"]["labels"] == {"purpose": "test"}
+    assert stored["status"]["state"] == "CANCELLED"
+    assert {k: stored["spec"][k] for k in VALID["spec"]} == VALID["spec"]  # as created
+    listed = crd_installed.kubectl("get", "tj", "tiny-regression", "-n", k8s_namespace)
+    assert listed.stdout.splitlines()[1].split()[1:5] == ["CANCELLED", "vision", "2", "8"]
+    crd_installed.kubectl("delete", "tj", "tiny-regression", "-n", k8s_namespace)

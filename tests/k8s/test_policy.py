@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aviflow.k8s.crd import IMMUTABLE_SPEC
 from aviflow.k8s.policy import POLICY, queue_binding, queue_params, queue_policy
 
 pytestmark = pytest.mark.cluster
@@ -110,10 +111,17 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
         ok = as_dave(trainjob("fine", "queue-b"))
         assert ok.returncode == 0, ok.stderr
         assert as_dave(kueue_job("fine-job", "queue-b")).returncode == 0
-        # moving an own job to another team's queue is refused too
+        # moving an own job to another team's queue is refused too: a TrainJob's spec by the
+        # CRD (it never changes), a Kueue Job's queue label by the policy
         moved = cluster.kubectl(
             "patch", "trainjob", "fine", "-n", ns, "--as=dave", "--as-group=team-b", "--type=merge",
             "-p", json.dumps({"spec": {"queue": "queue-a"}}), check=False,
+        )  # fmt: skip
+        assert moved.returncode != 0 and IMMUTABLE_SPEC["message"] in moved.stderr, moved.stderr
+        moved = cluster.kubectl(
+            "patch", "job", "fine-job", "-n", ns, "--as=dave", "--as-group=team-b", "--type=merge",
+            "-p", json.dumps({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "queue-a"}}}),
+            check=False,
         )  # fmt: skip
         assert moved.returncode != 0 and "queue queue-a is not open to dave" in moved.stderr
         assert cluster.kubectl("get", "trainjobs", "-n", ns, "-o", "name").stdout.split() == [

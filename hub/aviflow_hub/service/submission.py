@@ -6,6 +6,9 @@ sends it. A spec problem is a :class:`~aviflow.errors.SpecError` (the notebook r
 same class); any other problem a :class:`~aviflow.errors.RequestError`, or
 :class:`TooLarge` (413). Unknown keys get a "did you mean"; file names must be plain relative
 paths; messages never echo a large input. A spec with a ``script`` needs no bundle.
+``origin`` is what the client says about itself (notebook, cell): only the keys and sizes of
+:func:`aviflow.records.origin_claim` are kept, so it can never name another user or team
+(who submitted is the caller, recorded by the submit handler).
 
 >>> job, bundle = parse_submission(b'{"spec": {"metadata": {"name": "t"}, "spec": {"script": "1"}}}')
 >>> (job.metadata.name, bundle.files, bundle.entrypoint)
@@ -29,6 +32,7 @@ from typing import Any
 from aviflow._model import short, storable_problems
 from aviflow.bundle import SCRIPT_NAME, CodeBundle
 from aviflow.errors import RequestError
+from aviflow.records import origin_claim
 from aviflow.spec import TrainJob
 from aviflow.store import MANIFEST
 
@@ -178,5 +182,8 @@ def parse_bundle(raw: Any) -> CodeBundle:
     if not isinstance(origin, dict):
         raise RequestError("bundle.origin must be an object")
     return CodeBundle(
-        files=files, entrypoint=entrypoint, accelerate_config=accelerate_config, origin=origin
+        files=files,
+        entrypoint=entrypoint,
+        accelerate_config=accelerate_config,
+        origin=origin_claim(origin),  # the client's claim: never who submitted
     )
