@@ -93,14 +93,12 @@ def watch(
     )
     if found is None:
         return None
-    request = run.stack_request_path(attempt)
-    if not request.exists():
-        request.parent.mkdir(parents=True, exist_ok=True)
-        request.write_text(f"{now}\n")
+    asked = run.stacks_requested(attempt)
+    if asked is None:
+        run.request_stacks(attempt, now)
         return None
     ranks, why = found
     stacks = run.stacks(attempt, world)
-    asked = request.stat().st_mtime
     if now - asked < STACK_WAIT and not all(r in stacks for r in ranks):
         return None
     record = hang_failure(attempt, ranks, why, stacks, gpus_per_node)

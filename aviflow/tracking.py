@@ -131,9 +131,9 @@ def latest_checkpoint() -> CheckpointRef | None:
 def init_checkpoint() -> CheckpointRef | None:
     """The checkpoint of another job this job was asked to start from (``spec.resumeFrom``)."""
     run = run_dir()
-    if not run.spec_path.is_file():
+    if not run.has_runtime_spec():
         return None  # outside a job
-    start = run.spec().spec.resume_from
+    start = run.runtime_spec().spec.resume_from
     return CheckpointRef(start.job, start.step) if start is not None else None
 
 
@@ -143,7 +143,7 @@ def checkpoint_path(ref: CheckpointRef) -> Path:
     run = RunDir(node.run_dir)
     if ref.job_id == run.id:
         return run.checkpoint_dir(ref.step)
-    start = run.spec().spec.resume_from if run.spec_path.is_file() else None
+    start = run.runtime_spec().spec.resume_from if run.has_runtime_spec() else None
     if (
         node.resume_dir is not None
         and start is not None

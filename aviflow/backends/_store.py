@@ -64,10 +64,8 @@ class StoreReads:
         run = self.run_dir(job_id)
         world = run.spec().spec.total_gpus
         if not 0 <= rank < world:
-            raise RequestError(
-                f"job {job_id!r} has no rank {rank}: its ranks are 0 to {world - 1} "
-                f"({world} processes)"
-            )
+            has = "rank 0 only" if world == 1 else f"ranks 0 to {world - 1}"
+            raise RequestError(f"job {job_id!r} has no rank {rank}: it has {has}")
         return run.log(rank, tail=tail, offset=offset)
 
     def checkpoints(self, job_id: str) -> list[CheckpointRef]:

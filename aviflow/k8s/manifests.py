@@ -10,8 +10,9 @@ Per job (all in ``settings.namespace``, named after the job id):
   node, suspended until Kueue admits it from the team's LocalQueue. Each attempt is one
   Kueue Workload, so each admission is accounted on its own.
 
-The pods see only their own job's directory of the shared run store (``subPath``), and
-read-only the checkpoint ``spec.resumeFrom`` names. Their environment is a
+The pods see only their own job's data part of the shared run store read-write
+(``<user>/<job>/data``, ``subPath``), its code snapshot read-only, and read-only the checkpoint
+``spec.resumeFrom`` names; the control part (spec, meta, events, status) is never mounted. Their environment is a
 :class:`~aviflow.runtime.env.RuntimeEnv`; ``JOB_COMPLETION_INDEX`` gives the node's index.
 
 The rendezvous port is derived from the job id and attempt (``20000-29999``): the pods of an
@@ -31,6 +32,7 @@ from aviflow.k8s.settings import ClusterSettings
 from aviflow.names import label_value
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import API_VERSION, KIND, TrainJob
+from aviflow.store import CODE_DIR, DATA_DIR
 
 PREFIX: Final = "aviflow.dev"
 LABEL_JOB: Final = f"{PREFIX}/job"
@@ -169,8 +171,21 @@ def attempt_job(
     job_labels = {**MANAGED_BY, **pod_labels, QUEUE_LABEL: spec.queue}
     if settings.priority_class:
         job_labels[PRIORITY_LABEL] = settings.priority_class
+    # the job's data part read-write and its code read-only; the control part (spec, meta,
+    # events, status) is never mounted: nothing the job writes can steer the controller
+    job_dir = f"{ref.user_dir}/{ref.id}"
     mounts: list[dict[str, Any]] = [
-        {"name": "runs", "mountPath": str(node.run_dir), "subPath": f"{ref.user_dir}/{ref.id}"},
+        {
+            "name": "runs",
+            "mountPath": f"{node.run_dir}/{DATA_DIR}",
+            "subPath": f"{job_dir}/{DATA_DIR}",
+        },
+        {
+            "name": "runs",
+            "mountPath": f"{node.run_dir}/{CODE_DIR}",
+            "subPath": f"{job_dir}/{CODE_DIR}",
+            "readOnly": True,
+        },
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
     if resume_subpath:

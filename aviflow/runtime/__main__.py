@@ -40,7 +40,7 @@ def main() -> int:
         print(f"aviflow.runtime: {exc}", file=sys.stderr)
         return 2
     run = RunDir(node.run_dir)
-    job = run.spec()
+    job = run.runtime_spec()
     manifest = read_json(run.manifest_path, {})
     if node.log_to_store:
         redirect_output(run.node_log(node.node_rank))

@@ -4,22 +4,27 @@
 above it; no other module spells a file name of the store. The layout::
 
     <root>/<user>/<job-id>/          one user's (or one job's) directory can be mounted alone
-        job.yaml                     the validated TrainJob spec
-        meta.json                    JobMeta: id, name, user, team, submit time, code hash, origin
-        code/                        the code snapshot: MANIFEST.json (sha256 per file, content
-                                     hash), the entry point, vars.pkl, accelerate_config.yaml
-        events.jsonl                 append-only lifecycle Events (QUEUED, STARTING, RUNNING, ...)
-        status.json                  the latest JobStatus, rewritten atomically
-        logs/node-<n>.log            each node's launcher output
-        logs/rank-<r>.log            each process's output
-        failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised
-        heartbeats/node-<n>.json     refreshed by each node's runtime
-        heartbeats/attempt-<a>-rank-<r>.json   refreshed by each rank's watchdog
-        stacks/attempt-<a>-rank-<r>.txt        a rank's Python stacks (hang reports);
-                                     attempt-<a>-hang.json the hang the driver declared
-        metrics.jsonl                one MetricRow per logged step
-        checkpoints/step-<N>/        complete ones carry aviflow-checkpoint.json
-        supervisor.{lock,json,log}, processes.json, cancel-requested   (local backend only)
+        job.yaml                     control: the validated TrainJob spec
+        meta.json                    control: JobMeta: id, name, user, team, submit time, code
+                                     hash, origin (the client's claim)
+        events.jsonl                 control: append-only lifecycle Events (QUEUED, STARTING, ...)
+        status.json                  control: the latest JobStatus, rewritten atomically
+        hangs/attempt-<a>.json       control: the hang the driver declared
+        k8s.json, supervisor.{lock,json,log}, processes.json, cancel-requested
+                                     control: the controller's binding; the local supervisor's
+        code/                        the code snapshot (read-only in pods): MANIFEST.json
+                                     (sha256 per file, content hash), the entry point, vars.pkl,
+                                     accelerate_config.yaml, .aviflow-job.yaml (the runtime's spec)
+        data/                        what the job writes (its pods' only writable mount):
+            metrics.jsonl            one MetricRow per logged step
+            logs/node-<n>.log        each node's launcher output
+            logs/rank-<r>.log        each process's output
+            failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised
+            heartbeats/node-<n>.json           refreshed by each node's runtime
+            heartbeats/attempt-<a>-rank-<r>.json   refreshed by each rank's watchdog
+            stacks/attempt-<a>-rank-<r>.txt    a rank's Python stacks (hang reports);
+                                     attempt-<a>.requested asks for them
+            checkpoints/step-<N>/    complete ones carry aviflow-checkpoint.json
     <root>/.ids/<job-id>             a link to ../<user>/<job-id>: reserves the id store-wide
     <root>/.ids.jsonl                one line per created job, oldest first (listings read its end)
 
@@ -28,8 +33,10 @@ replace whole files with ``os.replace`` or append whole lines with one ``write``
 never see a torn file; readers skip a line they cannot parse rather than fail. Job ids are
 DNS-1123 labels, checked before any path is built from them, so no id points outside the root.
 
-**Everything in a job's directory is hostile input**: the job's code may have written any of
-it. Every read opens its file beneath the job's directory without following a symlink at any
+The control part is written only by the platform and is never mounted into a job's pod;
+the platform builds every decision from it and from the TrainJob object (``SECURITY.md``).
+**Everything in a job's directory is still read as hostile input**: the job's code may have
+written any of ``data/`` (and, in a job made before the split, the whole directory). Every read opens its file beneath the job's directory without following a symlink at any
 component and refuses anything but a regular file, reads a bounded number of bytes, and
 parses what it read with its types enforced (:mod:`._files`, :mod:`._data`); writers follow no
 symlink either. A refused file is an :class:`~aviflow.errors.UnsafeJobFile`.
@@ -62,13 +69,21 @@ from aviflow.store._files import (
     read_json,
     read_lines,
 )
-from aviflow.store._rundir import CODE_DIR, MANIFEST, VARS_FILE, RunDir
+from aviflow.store._rundir import (
+    CODE_DIR,
+    DATA_DIR,
+    MANIFEST,
+    RUNTIME_SPEC,
+    VARS_FILE,
+    RunDir,
+)
 from aviflow.store._runstore import INDEX_DIR, INDEX_LOG, ROOT_ENV, RunStore, default_root, short_id
 
 __all__ = [
     "CHECKPOINT_MARKER",
     "CHECKPOINT_PREFIX",
     "CODE_DIR",
+    "DATA_DIR",
     "INDEX_DIR",
     "INDEX_LOG",
     "MANIFEST",
@@ -77,6 +92,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_TAIL_LINES",
     "ROOT_ENV",
+    "RUNTIME_SPEC",
     "VARS_FILE",
     "RunDir",
     "RunStore",

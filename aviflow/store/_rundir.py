@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +37,7 @@ from aviflow.store._data import (
 from aviflow.store._files import (
     append_line,
     atomic_write,
+    is_file,
     list_names,
     open_beneath,
     pread_all,
@@ -50,6 +52,9 @@ if TYPE_CHECKING:  # the spec (pydantic) is imported only where a spec is read o
 T = TypeVar("T")
 log = logging.getLogger("aviflow.store")
 CODE_DIR = "code"
+DATA_DIR = "data"
+DATA_DIRS = ("logs", "failures", "heartbeats", "checkpoints", "stacks")
+RUNTIME_SPEC = ".aviflow-job.yaml"  # the spec's copy in code/, for the job's own runtime
 MANIFEST = "MANIFEST.json"
 VARS_FILE = "vars.pkl"
 MAX_SPEC_BYTES = 4 << 20  # job.yaml and meta.json (env and origin included)
@@ -85,11 +90,22 @@ def _parsed(rows: list[dict[str, Any]], parse: Callable[[dict[str, Any]], T]) ->
 
 
 class RunDir:
-    """Every path of one job's directory, and typed reads and writes of its records."""
+    """Every path of one job's directory, and typed reads and writes of its records.
+
+    The directory has three parts. The **control** part, at its top (``job.yaml``,
+    ``meta.json``, ``events.jsonl``, ``status.json``, the controller's binding, declared hangs,
+    the local supervisor's files), is written only by the platform (aviflow-api, the
+    controller, the local supervisor) and never mounted into a job's pod. ``code/`` is the
+    code snapshot, with the runtime's copy of the spec (``code/.aviflow-job.yaml``), mounted
+    read-only. ``data/`` is what the job writes (metrics, logs, failures, heartbeats, stacks,
+    checkpoints), its pods' only writable mount of the run store. A job directory made before
+    this split has no ``data/``: its data lives at its top, as it did.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.id = self.path.name
+        self._data: Path | None = None
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -117,12 +133,13 @@ class RunDir:
         return self.path / "events.jsonl"
 
     @property
-    def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
-
-    @property
     def code_dir(self) -> Path:
         return self.path / CODE_DIR
+
+    @property
+    def runtime_spec_path(self) -> Path:
+        """The spec as the job's runtime reads it, in the read-only code snapshot."""
+        return self.code_dir / RUNTIME_SPEC
 
     @property
     def manifest_path(self) -> Path:
@@ -133,20 +150,43 @@ class RunDir:
         return self.code_dir / VARS_FILE
 
     @property
+    def data_dir(self) -> Path:
+        """The part the job writes (``data/``; the directory itself in a job made before the
+        split)."""
+        if self._data is None:
+            data = self.path / DATA_DIR
+            try:
+                is_data = stat.S_ISDIR(os.lstat(data).st_mode)
+            except OSError:
+                is_data = False
+            if not is_data:
+                return self.path  # not cached: a directory being made gets its data/ later
+            self._data = data
+        return self._data
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.data_dir / "metrics.jsonl"
+
+    @property
     def logs_dir(self) -> Path:
-        return self.path / "logs"
+        return self.data_dir / "logs"
 
     @property
     def failures_dir(self) -> Path:
-        return self.path / "failures"
+        return self.data_dir / "failures"
 
     @property
     def heartbeats_dir(self) -> Path:
-        return self.path / "heartbeats"
+        return self.data_dir / "heartbeats"
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.path / "checkpoints"
+        return self.data_dir / "checkpoints"
+
+    @property
+    def stacks_dir(self) -> Path:
+        return self.data_dir / "stacks"
 
     @property
     def supervisor_lock(self) -> Path:
@@ -184,15 +224,15 @@ class RunDir:
         return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
 
     def stack_path(self, attempt: int, rank: int) -> Path:
-        return self.path / "stacks" / f"attempt-{int(attempt)}-rank-{int(rank)}.txt"
+        return self.stacks_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.txt"
 
     def stack_request_path(self, attempt: int) -> Path:
         """Its presence asks every rank of ``attempt`` to write its Python stacks."""
-        return self.path / "stacks" / f"attempt-{int(attempt)}.requested"
+        return self.stacks_dir / f"attempt-{int(attempt)}.requested"
 
     def hang_path(self, attempt: int) -> Path:
-        """The hang the driver declared for ``attempt`` (a FailureInfo)."""
-        return self.path / "stacks" / f"attempt-{int(attempt)}-hang.json"
+        """The hang the driver declared for ``attempt`` (a FailureInfo; control part)."""
+        return self.path / "hangs" / f"attempt-{int(attempt)}.json"
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints_dir / checkpoint_name(step)
@@ -219,6 +259,22 @@ class RunDir:
             return _cached(self.spec_path, self.path, lambda raw: TrainJob.from_yaml(raw.decode()))
         except FileNotFoundError:
             raise JobNotFound(f"job {self.id!r} has no job.yaml in {self.path}") from None
+
+    def runtime_spec(self) -> TrainJob:
+        """The spec as the job's own runtime reads it: the copy in the read-only code snapshot
+        (a pod has no control part to read), or ``job.yaml`` in a job made before the split.
+        Platform code reads :meth:`spec`."""
+        from aviflow.spec import TrainJob
+
+        for path in (self.runtime_spec_path, self.spec_path):
+            try:
+                return _cached(path, self.path, lambda raw: TrainJob.from_yaml(raw.decode()))
+            except FileNotFoundError:
+                continue
+        raise JobNotFound(f"job {self.id!r} has no spec in {self.code_dir}")
+
+    def has_runtime_spec(self) -> bool:
+        return is_file(self.runtime_spec_path, self.path) or is_file(self.spec_path, self.path)
 
     def meta(self) -> JobMeta:
         def parse(raw: bytes) -> JobMeta:
@@ -358,6 +414,23 @@ class RunDir:
             if text.strip():
                 out[rank] = text
         return out
+
+    def stacks_requested(self, attempt: int) -> float | None:
+        """When the driver asked the ranks of ``attempt`` for their stacks (None: not yet)."""
+        try:
+            raw = read_bytes(self.stack_request_path(attempt), self.path, 64)
+            return float(raw.decode().strip())
+        except (OSError, ValueError):
+            return None
+
+    def request_stacks(self, attempt: int, now: float) -> None:
+        """Ask every rank of ``attempt`` to write its Python stacks (a file in ``data/``,
+        replaced without following whatever the job left there)."""
+        try:
+            self.stacks_dir.mkdir(parents=True, exist_ok=True)
+            self.write_json(self.stack_request_path(attempt), now)
+        except (OSError, ValueError) as exc:  # the job made stacks/ a symlink or a file
+            log.warning("job %s: cannot ask for stacks: %s", self.id, str(exc)[:300])
 
     def hang(self, attempt: int) -> FailureInfo | None:
         """The hang the driver declared for ``attempt``, if it did."""

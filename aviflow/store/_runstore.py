@@ -21,7 +21,7 @@ from aviflow.names import is_dns1123_label, slugify
 from aviflow.records import CheckpointRef, JobMeta, TrainerImage
 from aviflow.store._data import CHECKPOINT_MARKER, tail_bytes
 from aviflow.store._files import append_line, atomic_write, is_file, read_lines
-from aviflow.store._rundir import RunDir
+from aviflow.store._rundir import CODE_DIR, DATA_DIR, DATA_DIRS, RUNTIME_SPEC, RunDir
 
 if TYPE_CHECKING:
     from aviflow.spec import TrainJob
@@ -251,9 +251,15 @@ class RunStore:
                     raise ValueError(f"refusing to write {rel!r} outside the job directory")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
+            if (staging / CODE_DIR / RUNTIME_SPEC).exists():
+                raise ValueError(
+                    f"{CODE_DIR}/{RUNTIME_SPEC} is the runtime's; name the file otherwise"
+                )
+            (staging / CODE_DIR).mkdir(exist_ok=True)
             (staging / "job.yaml").write_text(job.to_yaml())
-            for sub in ("logs", "failures", "heartbeats", "checkpoints"):
-                (staging / sub).mkdir()
+            (staging / CODE_DIR / RUNTIME_SPEC).write_text(job.to_yaml())
+            for sub in DATA_DIRS:
+                (staging / DATA_DIR / sub).mkdir(parents=True)
             job_id = self._reserve_id(job.slug, home.name, job_id)
             meta = JobMeta(
                 id=job_id,
@@ -268,7 +274,7 @@ class RunStore:
             )
             (staging / "meta.json").write_text(json.dumps(meta.to_dict(), indent=2))
             if owner_ids is not None and owner_ids != (os.geteuid(), os.getegid()):
-                _chown_tree(staging, *owner_ids)
+                _chown_tree(staging / DATA_DIR, *owner_ids)  # the job writes only its data part
             try:
                 os.rename(staging, home / job_id)
             except BaseException:

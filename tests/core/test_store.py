@@ -32,15 +32,22 @@ def test_create_writes_a_complete_job_directory_under_its_user(tmp_path):
     )
     assert run.id.startswith("tiny-") and len(run.id) == len("tiny-") + 8
     assert run.path == tmp_path / "ada" / run.id
-    assert sorted(p.name for p in run.path.iterdir()) == [
+    # the control part at the top, the code snapshot (with the runtime's copy of the spec),
+    # and the part the job writes, alone in data/ (its pods' only writable mount)
+    assert sorted(p.name for p in run.path.iterdir()) == ["code", "data", "job.yaml", "meta.json"]
+    assert sorted(p.name for p in run.data_dir.iterdir()) == [
         "checkpoints",
-        "code",
         "failures",
         "heartbeats",
-        "job.yaml",
         "logs",
-        "meta.json",
+        "stacks",
     ]
+    assert sorted(p.name for p in run.code_dir.iterdir()) == [
+        ".aviflow-job.yaml",
+        "MANIFEST.json",
+        "train.py",
+    ]
+    assert run.runtime_spec() == JOB == run.spec()
     assert (run.code_dir / "train.py").read_text() == "print(1)"
     assert run.spec() == JOB
     assert bundle.content_hash in run.manifest_path.read_text()
@@ -81,7 +88,7 @@ def test_one_users_directory_mounted_alone_still_finds_its_jobs(tmp_path):
     alone = RunStore(mount)
     assert alone.get(run.id).path == mount / "ada" / run.id
     assert alone.checkpoint_path(CheckpointRef(run.id, 20)) == mount / "ada" / run.id / (
-        "checkpoints/step-000000020"
+        "data/checkpoints/step-000000020"
     )
     with pytest.raises(JobNotFound, match="no complete checkpoint at step 30"):
         alone.checkpoint_path(CheckpointRef(run.id, 30))

@@ -24,12 +24,11 @@ from aviflow.store import (
     MAX_LINES_READ,
     RunDir,
     RunStore,
-    append_line,
+    _files,
     atomic_write,
     checkpoint_name,
     read_lines,
 )
-from aviflow.store import _files
 
 SECRET = "token-of-the-service-0123456789"
 
@@ -67,7 +66,7 @@ def within(seconds: float, fn: Callable[[], Any]) -> Any:
     def run() -> None:
         try:
             out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:
             out["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)
@@ -108,8 +107,8 @@ def test_a_symlinked_directory_is_never_entered(store: RunStore, secret: Path) -
     (other.checkpoint_dir(5)).mkdir()
     (other.checkpoint_dir(5) / CHECKPOINT_MARKER).write_text(json.dumps({"step": 5}))
     for sub in ("logs", "checkpoints", "heartbeats", "failures"):
-        (run.path / sub).rmdir()
-        os.symlink(other.path / sub, run.path / sub)
+        (run.data_dir / sub).rmdir()
+        os.symlink(other.data_dir / sub, run.data_dir / sub)
     (other.failures_dir / "attempt-1-rank-0.json").write_text(
         json.dumps({"rank": 0, "attempt": 1, "exception": "ValueError", "message": "bob's"})
     )
@@ -118,7 +117,7 @@ def test_a_symlinked_directory_is_never_entered(store: RunStore, secret: Path) -
         run.log(0, tail=5)
     assert run.heartbeat(0) == {}
     # a symlinked checkpoint directory inside a real checkpoints/ is not a checkpoint either
-    (run.path / "checkpoints").unlink()
+    (run.data_dir / "checkpoints").unlink()
     run.checkpoints_dir.mkdir()
     os.symlink(other.checkpoint_dir(5), run.checkpoint_dir(5))
     assert run.checkpoints() == []
@@ -159,8 +158,8 @@ def test_writers_never_follow_a_symlink(store: RunStore, secret: Path) -> None:
     # a write below a symlinked directory is refused, and leaves no temporary file anywhere
     elsewhere = secret.parent / "elsewhere"
     elsewhere.mkdir()
-    (run.path / "heartbeats").rmdir()
-    os.symlink(elsewhere, run.path / "heartbeats")
+    (run.data_dir / "heartbeats").rmdir()
+    os.symlink(elsewhere, run.data_dir / "heartbeats")
     with pytest.raises(UnsafeJobFile):
         run.write_heartbeat(0, {"time": 1.0})
     assert list(elsewhere.iterdir()) == []
@@ -249,7 +248,7 @@ def test_planted_control_files_do_not_break_the_job_listing(store: RunStore, sec
     run, other = make(store), make(store, "bob")
     os.unlink(other.meta_path)
     os.symlink(run.meta_path, other.meta_path)  # bob's job claims alice's meta
-    with pytest.raises(JobNotFound, match="meta.json"):
+    with pytest.raises(JobNotFound, match=r"meta\.json"):
         other.meta()
     os.unlink(other.spec_path)
     os.symlink(secret, other.spec_path)
@@ -265,5 +264,25 @@ def test_a_backend_reads_only_the_ranks_a_job_has(tmp_path: Path, resolver: str)
     assert backend.ranks(run.id) == [0, 1]
     assert backend.log(run.id, 1, tail=5).text == "rank 1\n"
     for rank in (2, 4000, -1):
-        with pytest.raises(RequestError, match=f"has no rank {rank}: its ranks are 0 to 1"):
+        with pytest.raises(RequestError, match=f"has no rank {rank}: it has ranks 0 to 1$"):
             backend.log(run.id, rank, tail=5)
+
+
+def test_asking_for_stacks_never_writes_through_a_planted_link(
+    store: RunStore, tmp_path: Path
+) -> None:
+    run = make(store)
+    target = tmp_path / "written-by-the-controller"
+    os.symlink(target, run.stack_request_path(1))  # dangling: a write through it would create it
+    assert run.stacks_requested(1) is None
+    run.request_stacks(1, 1234.5)
+    assert not target.exists() and not run.stack_request_path(1).is_symlink()
+    assert run.stacks_requested(1) == 1234.5
+    # stacks/ itself a symlink: nothing is written, nothing raised (the job only hurts itself)
+    (run.stacks_dir / "attempt-1.requested").unlink()
+    run.stacks_dir.rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, run.stacks_dir)
+    run.request_stacks(2, 1.0)
+    assert list(elsewhere.iterdir()) == [] and run.stacks_requested(2) is None

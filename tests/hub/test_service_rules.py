@@ -106,6 +106,7 @@ def test_only_job_ids_can_name_a_job(job_id: str) -> None:
         ("x" * 256, "longer than 255"),
         ("a/" * 600, "longer than 1024"),
         ("MANIFEST.json", "reserved"),
+        (".aviflow-job.yaml", "reserved for the runtime"),
     ],
 )
 def test_bundle_file_names(name: str, problem: str | None) -> None:

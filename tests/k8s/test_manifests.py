@@ -119,7 +119,24 @@ def test_the_attempt_job_is_one_gang_of_gpu_pods_with_its_own_store_directory() 
     )
     assert "AVIFLOW_NODE_RANK" not in env  # JOB_COMPLETION_INDEX gives it
     mounts = {v["mountPath"]: v for v in trainer["volumeMounts"]}
-    assert mounts[f"/aviflow/runs/ada/{BIG_REF.id}"]["subPath"] == f"ada/{BIG_REF.id}"
+    # the job's data part read-write, its code read-only, its control part not at all
+    run_dir = f"/aviflow/runs/ada/{BIG_REF.id}"
+    assert mounts[f"{run_dir}/data"] == {
+        "name": "runs",
+        "mountPath": f"{run_dir}/data",
+        "subPath": f"ada/{BIG_REF.id}/data",
+    }
+    assert mounts[f"{run_dir}/code"] == {
+        "name": "runs",
+        "mountPath": f"{run_dir}/code",
+        "subPath": f"ada/{BIG_REF.id}/code",
+        "readOnly": True,
+    }
+    assert [m["mountPath"] for m in trainer["volumeMounts"] if m["name"] == "runs"] == [
+        f"{run_dir}/data",
+        f"{run_dir}/code",
+        "/aviflow/resume",
+    ]
     assert mounts["/aviflow/resume"] == {
         "name": "runs",
         "mountPath": "/aviflow/resume",

@@ -34,7 +34,7 @@ from aviflow.bundle import SCRIPT_NAME, CodeBundle
 from aviflow.errors import RequestError
 from aviflow.records import origin_claim
 from aviflow.spec import TrainJob
-from aviflow.store import MANIFEST
+from aviflow.store import MANIFEST, RUNTIME_SPEC
 
 ENVELOPE_KEYS = ("spec", "bundle")
 BUNDLE_KEYS = ("files", "entrypoint", "accelerateConfig", "origin")
@@ -130,6 +130,8 @@ def file_name_problem(name: str) -> str | None:
         return f"has a component longer than {MAX_PART_BYTES} bytes"
     if name == MANIFEST:
         return "is reserved for the bundle's manifest"
+    if name == RUNTIME_SPEC:
+        return "is reserved for the runtime's copy of the spec"
     return None
 
 
