@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from aviflow.errors import UnsafeJobFile
-from aviflow.records import CheckpointRef, LogChunk, MetricRow
+from aviflow.records import CheckpointRef, FailureInfo, LogChunk, MetricRow
 from aviflow.store._files import MAX_RECORD_BYTES, is_dir, list_names, open_beneath, read_bytes
 
 log = logging.getLogger("aviflow.store")
@@ -27,6 +27,9 @@ MAX_TAIL_LINES = 100_000
 MAX_METRIC_KEYS = 256
 MAX_METRIC_KEY = 200  # characters of a metric's name
 MAX_METRIC_TEXT = 1000  # characters of a metric whose value is text
+MAX_EXCEPTION = 256  # characters of an exception's class name in a failure record
+MAX_MESSAGE = 4000  # characters of its message (the start is kept)
+MAX_TRACEBACK = 32_000  # characters of its traceback (the end is kept)
 
 
 def checkpoint_name(step: int) -> str:
@@ -106,6 +109,38 @@ def metric_row(obj: dict[str, Any]) -> MetricRow | None:
         if _number(value) or (isinstance(value, str) and len(value) <= MAX_METRIC_TEXT):
             kept[key] = value
     return MetricRow(step=step, time=float(when), attempt=attempt, values=kept)
+
+
+def failure_record(obj: dict[str, Any]) -> FailureInfo | None:
+    """A rank's failure record (``failures/attempt-A-rank-R.json``) with its types enforced
+    and its text bounded (it is copied into the job's status, the TrainJob's and the
+    ledger): ``rank``, ``node``, ``attempt``, ``exitCode``, ``pid`` whole numbers, ``time`` a
+    number, the texts strings; the message's start and the traceback's end are kept. None
+    when a field has the wrong type."""
+    obj = {"exitCode": obj.get("exit_code"), "logTail": obj.get("log_tail", ""), **obj}  # < 0.2
+    ints = {k: obj.get(k) for k in ("rank", "node", "attempt", "exitCode", "pid")}
+    texts = {k: obj.get(k) or "" for k in ("exception", "message", "traceback", "logTail")}
+    when = obj.get("time")
+    if any(v is not None and not _whole(v) for v in ints.values()):
+        return None
+    if any(not isinstance(v, str) for v in texts.values()) or (
+        when is not None and not _number(when)
+    ):
+        return None
+    if len(texts["exception"]) > MAX_EXCEPTION:
+        return None
+    return FailureInfo(
+        rank=ints["rank"],
+        node=ints["node"],
+        attempt=ints["attempt"] or 0,
+        exception=texts["exception"],
+        message=texts["message"][:MAX_MESSAGE],
+        traceback=texts["traceback"][-MAX_TRACEBACK:],
+        exit_code=ints["exitCode"],
+        log_tail=texts["logTail"][-MAX_MESSAGE:],
+        time=None if when is None else float(when),
+        pid=ints["pid"],
+    )
 
 
 def read_log(

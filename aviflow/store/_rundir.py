@@ -30,6 +30,7 @@ from aviflow.records import (
 from aviflow.store._data import (
     MAX_LOG_READ,
     checkpoint_name,
+    failure_record,
     metric_row,
     read_log,
     scan_checkpoints,
@@ -374,7 +375,7 @@ class RunDir:
             for n in names
             if n.startswith(prefix) and n.endswith(".json")
         ]
-        records = _parsed([r for r in rows if isinstance(r, dict)], FailureInfo.from_dict)
+        records = [f for r in rows if isinstance(r, dict) and (f := failure_record(r))]
         return sorted(records, key=lambda r: (r.time or 0.0, r.rank or 0))
 
     def write_failure(self, record: FailureInfo) -> None:

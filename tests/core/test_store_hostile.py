@@ -286,3 +286,27 @@ def test_asking_for_stacks_never_writes_through_a_planted_link(
     os.symlink(elsewhere, run.stacks_dir)
     run.request_stacks(2, 1.0)
     assert list(elsewhere.iterdir()) == [] and run.stacks_requested(2) is None
+
+
+def test_failure_records_are_typed_and_bounded_before_they_reach_a_status(store: RunStore) -> None:
+    run = make(store)
+    records = {
+        0: {"rank": 0, "attempt": 1, "exception": "ValueError", "message": "m" * 10_000,
+            "traceback": "t" * 50_000 + "END", "time": 2.0},
+        1: {"rank": "1", "attempt": 1, "exception": "ValueError", "time": 1.0},
+        2: {"rank": 2, "attempt": 1, "exception": {"class": "x"}, "time": 1.0},
+        3: {"rank": 3, "attempt": 1, "exception": "E" * 300, "time": 1.0},
+        4: {"rank": 4, "attempt": True, "exception": "ValueError", "time": 1.0},
+        5: {"rank": 5, "attempt": 1, "exception": "OSError", "time": "later"},
+        6: {"rank": 6, "attempt": 1, "exit_code": -9, "log_tail": "Killed", "time": 1.0},
+    }  # fmt: skip
+    for rank, record in records.items():
+        (run.failures_dir / f"attempt-1-rank-{rank}.json").write_text(json.dumps(record))
+    found = run.failures(1)
+    assert [(f.rank, f.exception, f.exit_code, f.log_tail) for f in found] == [
+        (6, "", -9, "Killed"),
+        (0, "ValueError", None, ""),
+    ]
+    first = found[1]
+    assert (len(first.message), len(first.traceback)) == (4000, 32_000)
+    assert first.message == "m" * 4000 and first.traceback.endswith("tEND")
