@@ -35,6 +35,7 @@ CONTROLLER_RULES = [
     _rule([""], ["pods"], READ),
     _rule([""], ["pods/log"], ["get"]),
     _rule([KUEUE], ["workloads"], READ),
+    _rule([KUEUE], ["localqueues"], ["get"]),  # a kubectl TrainJob's team: its queue's label
     _rule([VISIBILITY], ["localqueues/pendingworkloads"], ["get"]),
 ]
 API_RULES = [

@@ -1,7 +1,9 @@
 """Which run directory a TrainJob drives: bound by namespace and uid (``k8s.json`` in the run
 directory) the first time the controller sees it, created here for a TrainJob applied with
-kubectl (user ``kubectl-<namespace>``). An id that belongs to another job, a name that cannot
-be a job id, or a spec that needs code shipped with it is refused through ``refuse``.
+kubectl (owner ``kubectl:<username>`` from its ``aviflow.dev/user`` annotation, team the one
+whose LocalQueue it names). An id that belongs to another job, a name that cannot
+be a job id, a spec that needs code shipped with it, or a ``resumeFrom`` of a job that is
+neither its owner's nor its team's (:func:`resume_refusal`) is refused through ``refuse``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aviflow.bundle import build_bundle
-from aviflow.errors import AviflowError, SpecError
+from aviflow.errors import AviflowError, JobNotFound, SpecError
 from aviflow.k8s import manifests as m
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.names import is_dns1123_label
@@ -33,10 +35,12 @@ class Binder:
         store: RunStore,
         refuse: Callable[[Obj, str], None],
         settings: ClusterSettings | None = None,
+        team_of: Callable[[str, str], str | None] = lambda namespace, queue: None,
     ) -> None:
         self.store = store
         self.refuse = refuse
         self.settings = settings or ClusterSettings()
+        self.team_of = team_of  # (namespace, queue) -> the team whose LocalQueue it is
 
     @staticmethod
     def bound_here(run: RunDir, cr: Obj) -> bool:
@@ -66,9 +70,13 @@ class Binder:
         binding = read_json(run.path / BINDING, None)
         mine = {"namespace": meta["namespace"], "uid": meta["uid"]}
         if binding is None:
-            origin = run.meta().origin
-            if run.meta().backend != "kubernetes" or origin.get("namespace") != meta["namespace"]:
+            owner = run.meta()
+            if owner.backend != "kubernetes" or owner.origin.get("namespace") != meta["namespace"]:
                 self.refuse(cr, f"job id {name!r} belongs to another job in the run store")
+                return None
+            refusal = resume_refusal(self.store, run.spec(), owner.user, owner.team)
+            if refusal is not None:
+                self.refuse(cr, refusal)
                 return None
             atomic_write(run.path / BINDING, json.dumps(mine))
             return run
@@ -104,12 +112,19 @@ class Binder:
         except AviflowError as exc:
             self.refuse(cr, str(exc))
             return None
-        user = f"kubectl-{meta['namespace']}"
+        annotations = meta.get("annotations") or {}
+        user = kubectl_owner(meta["namespace"], annotations.get(m.ANNOTATION_USER))
+        team = self.team_of(meta["namespace"], job.spec.queue)
+        refusal = resume_refusal(self.store, job, user, team)
+        if refusal is not None:
+            self.refuse(cr, refusal)
+            return None
         try:
             run = self.store.create(
                 job,
                 bundle.store_files(),
                 user,
+                team=team,
                 backend="kubernetes",
                 code_hash=bundle.content_hash,
                 origin={"namespace": meta["namespace"], "via": "kubectl"},
@@ -124,3 +139,41 @@ class Binder:
             run.path / BINDING, json.dumps({"namespace": meta["namespace"], "uid": meta["uid"]})
         )
         return run
+
+
+def kubectl_owner(namespace: str, requester: object) -> str:
+    """The owner of a TrainJob created with kubectl: ``kubectl:<username>``, the user the
+    queue-access policy made it record (:mod:`aviflow.k8s.policy`), else
+    ``kubectl-namespace:<namespace>`` (no policy there). aviflow-api refuses hub usernames
+    with a ``:``, so neither can be a hub user's name.
+
+    >>> kubectl_owner("ml", "dave"), kubectl_owner("ml", None)
+    ('kubectl:dave', 'kubectl-namespace:ml')
+    """
+    if isinstance(requester, str) and 0 < len(requester) <= 253:
+        return f"kubectl:{requester}"
+    return f"kubectl-namespace:{namespace}"
+
+
+def resume_refusal(store: RunStore, job: TrainJob, user: str, team: str | None) -> str | None:
+    """Why ``job`` may not start from the checkpoint its ``spec.resumeFrom`` names, or None.
+
+    The controller decides this itself, from the run store's control part, for every way a
+    TrainJob comes in (aviflow-api checks it too, kubectl does not): a job resumes only from a
+    job of its own owner, or of its own team. The answer is the same for a job that does not
+    exist and one that is not the caller's, so it tells nobody which ids exist.
+    """
+    start = job.spec.resume_from
+    if start is None:
+        return None
+    try:
+        source = store.get(start.job).meta()
+    except JobNotFound:
+        source = None
+    if source is not None and (source.user == user or (team is not None and source.team == team)):
+        return None
+    whose = f"{user}'s or team {team}'s" if team is not None else f"{user}'s"
+    return (
+        f"spec.resumeFrom: there is no job {start.job!r} of {whose} to resume from (a job "
+        "resumes only from its owner's or its team's checkpoints)"
+    )

@@ -141,7 +141,7 @@ class Controller:
         )
         self._informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
         self._deleted: dict[str, Obj] = {}
-        self.binder = Binder(store, self._refuse, self.settings)
+        self.binder = Binder(store, self._refuse, self.settings, self._team_of)
         self._positions_lock = threading.Lock()
         self._position_cache: dict[str, tuple[float, dict[str, int]]] = {}
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob -> what a reconcile acts on
@@ -496,6 +496,20 @@ class Controller:
         step = lc.observe(Lost(time.time(), "the TrainJob was deleted", cancelled=True))
         if step.events:
             run.record(step.events, step.lifecycle.status())
+
+    def _team_of(self, namespace: str, queue: str) -> str | None:
+        """The team whose LocalQueue ``queue`` is (its ``aviflow.dev/team`` label), or None."""
+        try:
+            lq = self.custom.get_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", queue,
+                _request_timeout=API_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as exc:
+            log.info("LocalQueue %s/%s: %s", namespace, queue, exc.reason)
+            return None
+        labels = (lq.get("metadata") or {}).get("labels") if isinstance(lq, dict) else None
+        team = labels.get(m.LABEL_TEAM) if isinstance(labels, dict) else None
+        return team if isinstance(team, str) and team else None
 
     def _refuse(self, cr: Obj, message: str) -> None:
         """A TrainJob the controller will not run: FAILED on its status (no run directory)."""

@@ -335,7 +335,11 @@ def test_install_upgrade_rollback_uninstall(
     body = {
         "apiVersion": "aviflow.dev/v1",
         "kind": "TrainJob",
-        "metadata": {"name": "not-yours", "namespace": ns},
+        "metadata": {
+            "name": "not-yours",
+            "namespace": ns,
+            "annotations": {"aviflow.dev/user": "bob"},
+        },
         "spec": {"queue": "vision", "nodes": 1, "gpusPerNode": 1, "script": TINY},
     }
     refused = cluster.kubectl(

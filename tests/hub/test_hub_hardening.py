@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from aviflow.backends.hub import HubBackend
 from aviflow.bundle import CodeBundle
@@ -155,6 +156,7 @@ BAD_NAMES = [
     "./a",
     "a/",
     "MANIFEST.json",
+    ".aviflow-job.yaml",
     "x" * 300,
 ]
 
@@ -202,6 +204,8 @@ def test_query_parameters_are_checked_and_bounded(
         f"jobs/{job}/logs/abc": [""],
         f"jobs/{job}/logs/-1": [""],
         f"jobs/{job}/logs/4096": [""],
+        f"jobs/{job}/logs/1": [""],  # a rank the job does not have (it has one)
+        f"jobs/{job}/logs/4095": ["tail=0"],
         f"jobs/{job}/logs/{'9' * 40}": [""],
         "usage": ["by=month", "format=xml"],
     }
@@ -210,6 +214,12 @@ def test_query_parameters_are_checked_and_bounded(
             r = real_hub.call("GET", f"{path}?{query}", tokens["alice"])
             assert r.status_code == 400, (path, query, r.text)
             refused(r, 400, "RequestError")
+    refused(
+        real_hub.call("GET", f"jobs/{job}/logs/4095?tail=0", tokens["alice"]),
+        400,
+        "RequestError",
+        f"job '{job}' has no rank 4095: it has rank 0 only",
+    )
     refused(
         real_hub.call("GET", f"jobs/{job}/logs/0?tail=9999999", tokens["alice"]),
         400,
@@ -221,7 +231,7 @@ def test_query_parameters_are_checked_and_bounded(
         "jobs?limit=100000",
         f"jobs/{job}/events?since={2**40}",
         f"jobs/{job}/metrics?since=0&afterStep={MAX_CURSOR}",
-        f"jobs/{job}/logs/4095?tail=0",
+        f"jobs/{job}/logs/0?tail=0",
         f"jobs/{job}/logs/0?tail=100000",
         f"jobs/{job}/logs/0?offset={MAX_CURSOR}",
     ]
@@ -424,7 +434,7 @@ def test_a_spec_error_crosses_http_as_a_spec_error(
 # carrying markup, metric rows of the wrong types.
 PLANTING_SCRIPT = """
 import json, os, pathlib
-run = pathlib.Path(os.environ["AVIFLOW_RUN_DIR"])
+run = pathlib.Path(os.environ["AVIFLOW_RUN_DIR"]) / "data"  # the part a job writes
 print("planting", flush=True)
 os.symlink(os.environ["HUB_CONFIG"], run / "logs" / "link.tmp")
 os.replace(run / "logs" / "link.tmp", run / "logs" / "rank-0.log")
@@ -469,3 +479,19 @@ def test_a_job_planting_symlinks_fifos_and_markup_gets_nothing_served(
     assert "not shown" in page.text and "symlink" in page.text
     assert "<img" not in page.text and config[:40] not in page.text and "root:x:0" not in page.text
     views_stay_up(real_hub, tokens)
+
+
+def test_a_hub_user_named_like_a_platform_owner_is_refused(
+    real_hub: Any, tokens: dict[str, str]
+) -> None:
+    # kubectl TrainJobs are owned by kubectl:<username>: no hub user may be called that (an
+    # admin can still make one in the hub; aviflow-api refuses it)
+    admin = {"Authorization": f"token {tokens['root']}"}
+    users = f"{real_hub.url}/hub/api/users/kubectl:alice"
+    made = requests.post(users, headers=admin, timeout=60)
+    assert made.status_code == 201, made.text
+    made = requests.post(f"{users}/tokens", headers=admin, json={"note": "test"}, timeout=60)
+    assert made.status_code == 201, made.text
+    token = made.json()["token"]
+    for path in ("jobs", "queues"):
+        refused(real_hub.call("GET", path, token), 403, "AccessDenied", "reserved for the platform")

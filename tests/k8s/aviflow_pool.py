@@ -103,7 +103,11 @@ def pool_objects(
             {
                 "apiVersion": KUEUE,
                 "kind": "LocalQueue",
-                "metadata": {"name": team, "namespace": namespace},
+                "metadata": {
+                    "name": team,
+                    "namespace": namespace,
+                    "labels": {"aviflow.dev/team": team},  # as the chart labels them
+                },
                 "spec": {"clusterQueue": f"{prefix}-{team}"},
             }
         )

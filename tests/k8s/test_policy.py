@@ -11,16 +11,21 @@ import pytest
 import yaml
 
 from aviflow.k8s.crd import IMMUTABLE_SPEC
+from aviflow.k8s.manifests import ANNOTATION_CANCEL, ANNOTATION_USER
 from aviflow.k8s.policy import POLICY, queue_binding, queue_params, queue_policy
 
 pytestmark = pytest.mark.cluster
 
 
-def trainjob(name: str, queue: str) -> dict[str, Any]:
+def trainjob(name: str, queue: str, owner: str | None = "dave") -> dict[str, Any]:
+    """A TrainJob as ``owner`` would write it (None: without the owner annotation)."""
+    meta: dict[str, Any] = {"name": name}
+    if owner is not None:
+        meta["annotations"] = {ANNOTATION_USER: owner}
     return {
         "apiVersion": "aviflow.dev/v1",
         "kind": "TrainJob",
-        "metadata": {"name": name},
+        "metadata": meta,
         "spec": {"queue": queue, "command": ["true"]},
     }
 
@@ -127,6 +132,41 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
         assert cluster.kubectl("get", "trainjobs", "-n", ns, "-o", "name").stdout.split() == [
             "trainjob.aviflow.dev/fine"
         ]
+        # a TrainJob records who created it: its own requester's name, and nobody else's
+        owner_missing = (
+            "a TrainJob records who creates it: set the annotation aviflow.dev/user: dave "
+            "(your username)"
+        )
+        for body in (trainjob("no-owner", "queue-b", None), trainjob("forged", "queue-b", "erin")):
+            refused = as_dave(body)
+            assert refused.returncode != 0 and owner_missing in refused.stderr, refused.stderr
+
+        def as_erin(*args: str) -> Any:
+            return cluster.kubectl(
+                *args, "-n", ns, "--as=erin", "--as-group=team-b", check=False
+            )  # fmt: skip
+
+        # a teammate may cancel dave's job (an annotation), but not make it theirs
+        cancel = as_erin("annotate", "trainjob", "fine", f"{ANNOTATION_CANCEL}=erin stops it")
+        assert cancel.returncode == 0, cancel.stderr
+        taken = as_erin("annotate", "--overwrite", "trainjob", "fine", f"{ANNOTATION_USER}=erin")
+        assert taken.returncode != 0, taken.stderr
+        assert "the annotation aviflow.dev/user of a TrainJob cannot change" in taken.stderr
+        # a member of another team may not cancel it
+        stop = cluster.kubectl(
+            "annotate", "--overwrite", "trainjob", "fine", f"{ANNOTATION_CANCEL}=not yours",
+            "-n", ns, "--as=frank", "--as-group=team-a", check=False,
+        )  # fmt: skip
+        assert stop.returncode != 0, stop.stderr
+        assert (
+            "only members of the team of queue queue-b may change or cancel its TrainJobs; "
+            "frank is not one" in stop.stderr
+        ), stop.stderr
+        annotations = cluster.kubectl(
+            "get", "trainjob", "fine", "-n", ns, "-o", "jsonpath={.metadata.annotations}"
+        ).stdout
+        assert json.loads(annotations)[ANNOTATION_USER] == "dave", annotations
+        assert json.loads(annotations)[ANNOTATION_CANCEL] == "erin stops it", annotations
     finally:
         cluster.kubectl(
             "delete",

@@ -15,6 +15,7 @@ import pytest
 from aviflow import api
 from aviflow._units import parse_duration
 from aviflow.attempts import admission_drift
+from aviflow.errors import RequestError
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
 from aviflow_testcluster import wait_for
@@ -66,7 +67,8 @@ def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
     run_dir = pool.backend.store.locate(job.id)
     assert run_dir is not None
     written = [p for p in run_dir.rglob("*") if p.is_file() and "checkpoints" in p.parts]
-    written += list((run_dir / "logs").iterdir()) + list((run_dir / "heartbeats").iterdir())
+    data = run_dir / "data"
+    written += list((data / "logs").iterdir()) + list((data / "heartbeats").iterdir())
     assert written and {(p.stat().st_uid, p.stat().st_gid) for p in written} == {(1000, 1000)}
     rows = job.metric_rows()
     assert [r["step"] for r in rows] == list(range(1, 31))
@@ -252,6 +254,69 @@ def test_a_failing_rank_fails_the_job_with_its_traceback(make_pool: Any) -> None
     assert cr["status"]["state"] == "FAILED" and cr["status"]["failure"]["rank"] == 3
 
 
+# A job's code rewriting the files the controller trusts, as it could before they were split
+# from what a job writes: another team's queue and a restart it was not given in its spec, a
+# forged SUCCEEDED, another team in its meta; and its log made a symlink to the pod's token.
+HOSTILE = """
+import os, pathlib
+run = pathlib.Path(os.environ["AVIFLOW_RUN_DIR"])
+print("control part here:", sorted(p.name for p in run.iterdir()), flush=True)
+forged = {
+    "job.yaml": "spec:\\n  queue: team-b\\n  maxRestarts: 1\\n",
+    "events.jsonl": '{"type": "SUCCEEDED", "time": 1.0}\\n',
+    "meta.json": '{"team": "team-b", "user": "someone-else"}',
+}
+for name, text in forged.items():
+    try:
+        (run / name).write_text(text)
+        print("wrote", name, flush=True)
+    except OSError as exc:
+        print("refused", name, type(exc).__name__, flush=True)
+token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+log = run / "data" / "logs" / "rank-0.log"
+os.replace(log, run / "data" / "logs" / "old.log")
+os.symlink(token, log)
+raise RuntimeError("hostile job ends")
+"""
+
+
+def test_a_job_rewriting_its_control_files_changes_nothing_the_controller_does(
+    make_pool: Any,
+) -> None:
+    pool = make_pool()
+    job = api.submit(
+        TrainJob.from_dict({"metadata": {"name": "hostile"}, "spec": {"script": HOSTILE}}),
+        pool.backend,
+    )
+    run = pool.backend.store.get(job.id)
+    spec_before, meta_before = run.spec_path.read_bytes(), run.meta_path.read_bytes()
+    assert job.wait(timeout=240) is JobState.FAILED
+    # the pod had no control part to write: what it wrote went to its own root file system
+    out = (run.logs_dir / "old.log").read_text()  # its rank log, before it made it a link
+    assert "control part here: ['code', 'data']" in out, out[-2000:]
+    assert (run.spec_path.read_bytes(), run.meta_path.read_bytes()) == (spec_before, meta_before)
+    # one attempt (maxRestarts 0 as submitted), its own queue, no forged event, its own failure
+    types = [e.type for e in job.events()]
+    assert EventType.SUCCEEDED not in types and types.count(EventType.STARTING) == 1, types
+    assert job.spec.spec.queue == "default" and run.meta().team == meta_before_team(meta_before)
+    failure = job.failure
+    assert failure is not None and (failure.exception, failure.message) == (
+        "RuntimeError",
+        "hostile job ends",
+    )
+    batch = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout
+    assert [n for n in batch.split() if job.id in n] == [f"job.batch/{job.id}-a1"], batch
+    # the symlinked log is refused, never followed to the token
+    assert "token" not in (failure.log_tail or "") and "eyJ" not in json.dumps(failure.to_dict())
+    with pytest.raises(RequestError, match="symlink"):
+        pool.backend.log(job.id, 0, tail=10)
+
+
+def meta_before_team(raw: bytes) -> str | None:
+    team = json.loads(raw).get("team")
+    return str(team) if team is not None else None
+
+
 def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None:
     pool = make_pool({"team-a": {"gpus": 4}, "team-b": {"gpus": 4}})
     slow = {"TINY_STEPS": "40", "TINY_STEP_SLEEP": "0.2"}
@@ -360,7 +425,9 @@ def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
         pool.backend,
     )
     assert job.wait(timeout=180) is JobState.SUCCEEDED
-    assert job.meta.user == f"kubectl-{pool.namespace}"
+    # applied by the cluster's admin without the owner annotation (no queue policy in this
+    # namespace): owned by the namespace; the team of its queue's LocalQueue, if labelled
+    assert (job.meta.user, job.meta.team) == (f"kubectl-namespace:{pool.namespace}", "default")
     # pinned like a submission: the default trainer image, recorded and in its spec
     default = pool.settings.trainer_images()[0]
     assert (job.meta.image, job.spec.spec.image) == (default, default.image)
@@ -394,6 +461,30 @@ def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
         "the refusal of with.dot",
     )
     assert status["state"] == "FAILED" and "a TrainJob's name is its job id" in status["message"]
+    # resumeFrom another owner's job (alice's, in the same run store) is refused by the
+    # controller, with the answer it gives for a job that does not exist
+    alices = pool.backend.store.create(TrainJob.from_dict(body | {"metadata": {"name": "a"}}),
+                                       {}, "alice", team="team-a")  # fmt: skip
+    for name, source in (("steal", alices.id), ("ghost", "no-such-job-1234")):
+        body["metadata"]["name"] = name
+        body["spec"] = {"script": "print(1)", "resumeFrom": {"job": source, "step": 0}}
+        pool.cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+        status = wait_for(
+            lambda n=name: json.loads(
+                pool.cluster.kubectl(
+                    "get", "trainjob", n, "-n", pool.namespace, "-o", "json"
+                ).stdout
+            ).get("status"),
+            30,
+            f"the refusal of {name}",
+        )
+        assert status["state"] == "FAILED", status
+        assert status["message"] == (
+            f"spec.resumeFrom: there is no job {source!r} of kubectl-namespace:{pool.namespace}"
+            "'s or team default's to resume from (a job resumes only from its owner's or its "
+            "team's checkpoints)"
+        )
+        assert name not in pool.backend.list_ids()
     jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
     assert jobs == ["job.batch/by-hand-a1"]
 

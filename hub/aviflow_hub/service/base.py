@@ -169,6 +169,11 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
             return
         if model.get("kind", "user") != "user":
             raise AccessDenied("only hub users may use aviflow-api")
+        if ":" in model["name"]:  # the platform's own owners (kubectl:<user>) have one
+            raise AccessDenied(
+                "hub usernames with ':' are reserved for the platform's own job owners; "
+                "ask your hub admin to rename the user"
+            )
         info = await self.ctx.hub_user(model["name"])
         self._principal = Principal(
             name=model["name"],
