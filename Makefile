@@ -102,6 +102,8 @@ bench: venv
 	$(PY) bench/import_magic.py
 	$(PY) bench/panel.py
 	$(PY) bench/launch.py
+	$(PY) bench/rank_exit.py
+	$(PY) bench/hostile_reads.py
 
 # TrainJob admission on the test control plane vs plain Kueue Jobs (builds it on first use)
 bench-admission: venv
