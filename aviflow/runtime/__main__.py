@@ -58,7 +58,10 @@ def main() -> int:
     )
     _heartbeat(run, node, "starting")
     env = node_env(os.environ, node, job, gpus=has_gpus(node))
-    child = subprocess.Popen(argv, env=env, cwd=run.code_dir)
+    # a writable working directory in the job's data part (its code is mounted read-only;
+    # the script's own directory is on sys.path for its imports)
+    run.work_dir.mkdir(parents=True, exist_ok=True)
+    child = subprocess.Popen(argv, env=env, cwd=run.work_dir)
 
     def forward(signum: int, _frame: object) -> None:
         try:

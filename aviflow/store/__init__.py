@@ -25,6 +25,7 @@ above it; no other module spells a file name of the store. The layout::
             stacks/attempt-<a>-rank-<r>.txt    a rank's Python stacks (hang reports);
                                      attempt-<a>.requested asks for them
             checkpoints/step-<N>/    complete ones carry aviflow-checkpoint.json
+            work/                    the ranks' working directory
     <root>/.ids/<job-id>             a link to ../<user>/<job-id>: reserves the id store-wide
     <root>/.ids.jsonl                one line per created job, oldest first (listings read its end)
 

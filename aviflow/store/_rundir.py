@@ -186,6 +186,11 @@ class RunDir:
         return self.data_dir / "checkpoints"
 
     @property
+    def work_dir(self) -> Path:
+        """The ranks' working directory: files a script writes by relative name land here."""
+        return self.data_dir / "work"
+
+    @property
     def stacks_dir(self) -> Path:
         return self.data_dir / "stacks"
 

@@ -162,8 +162,16 @@ def test_a_job_directory_is_given_to_the_pods_user(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs")
     job = TrainJob.from_dict({"metadata": {"name": "own"}, "spec": {"script": "1"}})
     run = store.create(job, {"code/train.py": b"1"}, "alice", owner_ids=(1000, 1001))
-    owners = {(p.stat().st_uid, p.stat().st_gid) for p in [run.path, *run.path.rglob("*")]}
-    assert owners == {(1000, 1001)}
+
+    def owners(paths: list[Path]) -> set[tuple[int, int]]:
+        return {(p.stat().st_uid, p.stat().st_gid) for p in paths}
+
+    # the part the pods write is theirs; the control part and the code stay the platform's
+    data = [run.data_dir, *run.data_dir.rglob("*")]
+    assert owners(data) == {(1000, 1001)} and len(data) == 6
+    rest = [p for p in [run.path, *run.path.rglob("*")] if p not in data]
+    assert owners(rest) == {(0, 0)}
+    assert {p.name for p in rest} >= {"job.yaml", "meta.json", "code", "train.py"}
     assert (run.path.parent.stat().st_uid, run.path.parent.stat().st_gid) == (0, 0)
     # the pods' ids are this process's: nothing to change
     mine = store.create(job, {}, "alice", owner_ids=(os.geteuid(), os.getegid()))

@@ -155,7 +155,10 @@ def test_the_sidebar_follows_my_jobs_and_my_queue(hub: Any, stop_jobs: Any) -> N
 
             # the launcher card creates a notebook with the template cell
             page.keyboard.press("Control+Shift+L")  # a new launcher
-            card = page.locator(".jp-LauncherCard", has_text="New training job")
+            # (the launcher the session opened with may still be there, in a hidden tab)
+            card = page.locator(".jp-LauncherCard", has_text="New training job").filter(
+                visible=True
+            )
             expect(card.first).to_be_visible(timeout=60_000)
             card.first.click()
             cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
