@@ -25,7 +25,7 @@ from aviflow.attempts import admission_drift, held_seconds
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.kueue import owner_job, pending_workloads
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
     Action,
@@ -501,7 +501,7 @@ class Controller:
         """The team whose LocalQueue ``queue`` is (its ``aviflow.dev/team`` label), or None."""
         try:
             lq = self.custom.get_namespaced_custom_object(
-                "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", queue,
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", queue,
                 _request_timeout=API_TIMEOUT,
             )  # fmt: skip
         except ApiException as exc:

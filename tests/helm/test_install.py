@@ -32,7 +32,7 @@ from aviflow_images import own_cluster, trainer_images_entry
 from aviflow_kernel import run_in_kernel
 from aviflow_pool import hostpath_storage, run_store_volume
 
-from aviflow.store import RunDir
+from aviflow.store import DATA_DIR, RunDir
 from aviflow_testcluster import Cluster, wait_for
 
 from .conftest import CHART, EXAMPLES, Render
@@ -414,7 +414,7 @@ def test_install_upgrade_rollback_uninstall(
     )
     job_dir = RunDir(runs / "alice" / job_id)  # its data part: what its pods wrote
     rows = [json.loads(line) for line in job_dir.metrics_path.read_text().splitlines()]
-    assert job_dir.metrics_path.parent == job_dir.path / "data"
+    assert job_dir.metrics_path.parent == job_dir.path / DATA_DIR
     assert [r["step"] for r in rows][-1] == 10
     pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"aviflow.dev/job={job_id}")
     assert sorted(p["spec"]["nodeName"][:4] for p in pods["items"]) == ["hgx-", "hgx-"]

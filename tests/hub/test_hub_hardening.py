@@ -433,19 +433,21 @@ def test_a_spec_error_crosses_http_as_a_spec_error(
 # config, a rank it does not have pointing at /etc/passwd, a FIFO, a checkpoint marker
 # carrying markup, metric rows of the wrong types.
 PLANTING_SCRIPT = """
-import json, os, pathlib
-run = pathlib.Path(os.environ["AVIFLOW_RUN_DIR"]) / "data"  # the part a job writes
+import json, os
+from aviflow.store import CHECKPOINT_MARKER
+from aviflow.tracking import run_dir
+run = run_dir()
 print("planting", flush=True)
-os.symlink(os.environ["HUB_CONFIG"], run / "logs" / "link.tmp")
-os.replace(run / "logs" / "link.tmp", run / "logs" / "rank-0.log")
-os.symlink("/etc/passwd", run / "logs" / "rank-4000.log")
-os.mkfifo(run / "logs" / "rank-4001.log")
-step = run / "checkpoints" / "step-000000001"
+os.symlink(os.environ["HUB_CONFIG"], run.logs_dir / "link.tmp")
+os.replace(run.logs_dir / "link.tmp", run.rank_log(0))
+os.symlink("/etc/passwd", run.rank_log(4000))
+os.mkfifo(run.rank_log(4001))
+step = run.checkpoint_dir(1)
 step.mkdir()
-(step / "aviflow-checkpoint.json").write_text(
+(step / CHECKPOINT_MARKER).write_text(
     json.dumps({"step": 1, "attempt": "<img src=x onerror=alert(1)>"})
 )
-with open(run / "metrics.jsonl", "a") as f:
+with open(run.metrics_path, "a") as f:
     f.write(json.dumps({"step": "5", "time": 1.0, "values": {"loss": 1.0}}) + "\\n")
     f.write(json.dumps({"step": 6, "time": 2.0, "attempt": 1, "values": {"loss": 0.5}}) + "\\n")
 """

@@ -18,6 +18,7 @@ from aviflow.attempts import admission_drift
 from aviflow.errors import RequestError
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
+from aviflow.store import RunDir
 from aviflow_testcluster import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -67,8 +68,8 @@ def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
     run_dir = pool.backend.store.locate(job.id)
     assert run_dir is not None
     written = [p for p in run_dir.rglob("*") if p.is_file() and "checkpoints" in p.parts]
-    data = run_dir / "data"
-    written += list((data / "logs").iterdir()) + list((data / "heartbeats").iterdir())
+    run = RunDir(run_dir)
+    written += list(run.logs_dir.iterdir()) + list(run.heartbeats_dir.iterdir())
     assert written and {(p.stat().st_uid, p.stat().st_gid) for p in written} == {(1000, 1000)}
     rows = job.metric_rows()
     assert [r["step"] for r in rows] == list(range(1, 31))
@@ -260,9 +261,10 @@ def test_a_failing_rank_fails_the_job_with_its_traceback(make_pool: Any) -> None
 # from what a job writes: another team's queue and a restart it was not given in its spec, a
 # forged SUCCEEDED, another team in its meta; and its log made a symlink to the pod's token.
 HOSTILE = """
-import os, pathlib
-run = pathlib.Path(os.environ["AVIFLOW_RUN_DIR"])
-print("control part here:", sorted(p.name for p in run.iterdir()), flush=True)
+import os
+from aviflow.tracking import run_dir
+run = run_dir()
+print("control part here:", sorted(p.name for p in run.path.iterdir()), flush=True)
 forged = {
     "job.yaml": "spec:\\n  queue: team-b\\n  maxRestarts: 1\\n",
     "events.jsonl": '{"type": "SUCCEEDED", "time": 1.0}\\n',
@@ -270,14 +272,13 @@ forged = {
 }
 for name, text in forged.items():
     try:
-        (run / name).write_text(text)
+        (run.path / name).write_text(text)
         print("wrote", name, flush=True)
     except OSError as exc:
         print("refused", name, type(exc).__name__, flush=True)
 token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-log = run / "data" / "logs" / "rank-0.log"
-os.replace(log, run / "data" / "logs" / "old.log")
-os.symlink(token, log)
+os.replace(run.rank_log(0), run.logs_dir / "old.log")
+os.symlink(token, run.rank_log(0))
 raise RuntimeError("hostile job ends")
 """
 
