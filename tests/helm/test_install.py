@@ -33,7 +33,7 @@ from aviflow_kernel import run_in_kernel
 from aviflow_pool import hostpath_storage, run_store_volume
 
 from aviflow.store import DATA_DIR, RunDir
-from aviflow_testcluster import Cluster, wait_for
+from aviflow_testcluster import RESTRICTED, Cluster, wait_for
 
 from .conftest import CHART, EXAMPLES, Render
 
@@ -193,7 +193,9 @@ def test_install_upgrade_rollback_uninstall(
     def step(what: str) -> None:  # where the time goes, in the report of a failure
         print(f"[{time.monotonic() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
 
-    ns = cluster.create_namespace("chart")
+    # every pod of the release (hub, aviflow-api, controller, notebooks, trainers) passes
+    # Pod Security's `restricted` profile, which the namespace enforces
+    ns = cluster.create_namespace("chart", labels=RESTRICTED)
     release = f"av{uuid.uuid4().hex[:6]}"
     trainer, hub_image, notebook = (built_images[k] for k in ("trainer", "hub", "notebook"))
     runs = tmp_path / "runs"
@@ -398,6 +400,10 @@ def test_install_upgrade_rollback_uninstall(
         "the waiting job trains to the end, next to the first",
     )
     assert alice.api(f"jobs/{holder}")["state"] == "RUNNING"
+
+    step("a hostile job from her notebook: what its code writes steers nothing")
+    hostile_job = hostile_from_notebook(cluster, ns, url, alice, runs)
+
     r = requests.post(
         f"{url}/services/aviflow-api/api/v1/jobs/{holder}/cancel",
         json={},
@@ -418,17 +424,18 @@ def test_install_upgrade_rollback_uninstall(
     assert [r["step"] for r in rows][-1] == 10
     pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"aviflow.dev/job={job_id}")
     assert sorted(p["spec"]["nodeName"][:4] for p in pods["items"]) == ["hgx-", "hgx-"]
-    step("usage: both jobs' GPU time, accounted ")
-    # usage: both jobs' GPU time, accounted to team vision
+    step("usage: the jobs' GPU time, accounted to team vision")
+    # usage: the three jobs' GPU time (the hostile one's too, its one attempt), to team vision
     [row] = until(
         cluster,
         ns,
-        lambda: [r for r in alice.api("usage")["rows"] if r["jobs"] == 2],
+        lambda: [r for r in alice.api("usage")["rows"] if r["jobs"] == 3],
         60,
-        "the ledger has both jobs",
+        "the ledger has the three jobs",
     )
-    assert (row["key"], row["jobs"], row["attempts"]) == ("vision", 2, 2), row
+    assert (row["key"], row["jobs"], row["attempts"]) == ("vision", 3, 3), row
     assert row["gpu_seconds"] > 2 * 5, row
+    assert [r["key"] for r in alice.api("usage")["rows"]] == ["vision"], hostile_job
 
     step("the changed profile reaches the next spawn")
     # the changed profile reaches the next spawn
@@ -505,6 +512,89 @@ def test_install_upgrade_rollback_uninstall(
         120,
         "the release's pods are gone",
     )
+
+
+# A job's code as a hostile user would write it, run in a trainer pod of the installed chart:
+# it looks for the control part (not mounted), forges the files the controller once trusted
+# (they land in its own root file system), plants HTML in a metric's name and in a checkpoint
+# marker's attempt (not a number: the marker is skipped), makes its rank log a link to its
+# pod's service-account token, and fails.
+HOSTILE = """
+import json, os
+import aviflow.tracking
+from aviflow.store import CHECKPOINT_MARKER
+run = aviflow.tracking.run_dir()
+print("control part here:", sorted(p.name for p in run.path.iterdir()), flush=True)
+for name, text in {
+    "job.yaml": "spec:\\n  queue: nlp\\n  maxRestarts: 3\\n  image: evil:latest\\n",
+    "events.jsonl": '{"type": "SUCCEEDED", "time": 1.0}\\n',
+    "meta.json": '{"team": "nlp", "user": "bob"}',
+}.items():
+    try:
+        (run.path / name).write_text(text)
+    except OSError as exc:
+        print("refused", name, type(exc).__name__, flush=True)
+tag = "<img src=x onerror=alert(1)>"
+ckpt = run.checkpoint_dir(1)
+ckpt.mkdir(parents=True)
+(ckpt / CHECKPOINT_MARKER).write_text(json.dumps({"step": 1, "attempt": tag, "time": 1.0}))
+aviflow.tracking.log({tag: 1.0}, step=1)
+os.replace(run.rank_log(0), run.logs_dir / "old.log")
+os.symlink("/var/run/secrets/kubernetes.io/serviceaccount/token", run.rank_log(0))
+raise RuntimeError("hostile job ends")
+"""
+
+
+def hostile_from_notebook(
+    cluster: Cluster, ns: str, url: str, alice: User, runs: Path
+) -> dict[str, Any]:
+    """The hostile job, submitted from alice's notebook (1 GPU, no restarts): it fails with its
+    own error after one attempt in her queue; its spec and meta are byte for byte what
+    aviflow-api wrote; aviflow-api refuses its linked log (400, naming the link), and its job
+    page shows the planted HTML as text under a strict Content-Security-Policy."""
+    cell = (
+        "get_ipython().run_cell_magic('aviflow_train', "
+        f"'--nodes 1 --gpus-per-node 1 --name hostile --out bad', {HOSTILE!r})\n"
+        "print('hostile', bad.id)\n"
+    )
+    out, error = run_in_kernel(f"{url}/user/alice/", alice.token, cell, timeout=300)
+    assert error is None, (error, out)
+    job_id = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)["hostile"]
+    run = RunDir(runs / "alice" / job_id)
+    spec, meta = run.spec_path.read_bytes(), run.meta_path.read_bytes()
+    until(
+        cluster,
+        ns,
+        lambda: alice.api(f"jobs/{job_id}")["state"] == "FAILED",
+        300,
+        "the hostile job fails",
+    )
+    job = alice.api(f"jobs/{job_id}")
+    assert (run.spec_path.read_bytes(), run.meta_path.read_bytes()) == (spec, meta)
+    assert (job["spec"]["spec"]["queue"], job["spec"]["spec"]["maxRestarts"]) == ("vision", 0)
+    assert (job["failure"]["exception"], job["failure"]["message"]) == (
+        "RuntimeError",
+        "hostile job ends",
+    ), job["failure"]
+    assert "eyJ" not in json.dumps(job), "a token reached the job's record"
+    types = [e["type"] for e in alice.api(f"jobs/{job_id}/events")["events"]]
+    assert types.count("STARTING") == 1 and "SUCCEEDED" not in types, types
+    batch = cluster.kubectl("get", "jobs", "-n", ns, "-o", "name").stdout.split()
+    assert [n for n in batch if job_id in n] == [f"job.batch/{job_id}-a1"], batch
+    old_log = (run.logs_dir / "old.log").read_text()
+    assert "control part here: ['code', 'data']" in old_log, old_log[-2000:]
+    api = f"{url}/services/aviflow-api/"
+    r = requests.get(f"{api}api/v1/jobs/{job_id}/logs/0", headers=alice.headers, timeout=60)
+    assert r.status_code == 400 and "symlink" in r.json()["message"], (r.status_code, r.text)
+    page = requests.get(f"{api}jobs/{job_id}", headers=alice.headers, timeout=60)
+    assert page.status_code == 200, page.text[:2000]
+    assert "<img" not in page.text.lower(), page.text[:4000]
+    assert 'data-metric="&lt;img src=x onerror=alert(1)&gt;"' in page.text, page.text[:4000]
+    assert alice.api(f"jobs/{job_id}/checkpoints")["checkpoints"] == []  # the marker is skipped
+    csp = page.headers["Content-Security-Policy"]
+    assert "script-src 'none'" in csp or "default-src 'none'" in csp, csp
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+    return job
 
 
 def spawn_page(url: str, user: str, password: str) -> list[str]:
