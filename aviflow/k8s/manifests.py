@@ -219,10 +219,13 @@ def attempt_job(
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
+                # Pod Security's `restricted` profile: a non-root uid, the runtime's
+                # default seccomp filter, no privilege escalation and no capabilities
                 "securityContext": {
                     "runAsUser": settings.run_as_user,
                     "runAsGroup": settings.run_as_group,
                     "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
                 "terminationGracePeriodSeconds": settings.termination_grace_seconds,
                 "nodeSelector": dict(settings.node_selector),
@@ -240,6 +243,10 @@ def attempt_job(
                         "ports": [{"name": "rendezvous", "containerPort": node.main_port}],
                         "resources": _resources(job, settings),
                         "volumeMounts": mounts,
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
                     }
                 ],
                 "volumes": [

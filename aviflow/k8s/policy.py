@@ -8,6 +8,15 @@ queue none of the requester's groups may use. The queue -> groups map is a Confi
 value a comma-separated list of groups. Users in its ``exempt`` key (the controller's and
 aviflow-api's service accounts, which check teams themselves) pass.
 
+In a jobs namespace Kueue admits everything: a Job created by anyone but the exempt users must
+name a queue, run as the namespace's ``default`` service account, mount none of the claims
+the platform keeps for itself (``protectedClaims``: the run store holds every user's runs),
+keep off the node (no host network, PID or IPC namespace, no ``hostPath``, nothing
+privileged) and name a priority class only if its team's queue allows it
+(``priorityClasses.<queue>``: a Kueue ``WorkloadPriorityClass`` label or a pod's
+``priorityClassName``). The binding selects the jobs namespaces by name and **fails closed**:
+an object there is refused while the parameters are missing.
+
 A TrainJob also records who created it: one created by anyone but the exempt users must
 carry the annotation ``aviflow.dev/user`` set to the requester's own username (the API
 server's ``request.userInfo.username``), and no update may change it. The controller makes
@@ -19,6 +28,8 @@ admins (``system:masters``).
 >>> params = queue_params("ml-jobs", {"vision": ["team-a"]}, exempt=["system:serviceaccount:aviflow:api"])
 >>> params["data"]["vision"]
 'team-a'
+>>> queue_params("ml-jobs", {"vision": ["a"]}, priority={"vision": ["high"]})["data"]["priorityClasses.vision"]
+'high'
 """
 
 from __future__ import annotations
@@ -27,11 +38,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.manifests import ANNOTATION_USER, QUEUE_LABEL
+from aviflow.k8s.manifests import ANNOTATION_USER, PRIORITY_LABEL, QUEUE_LABEL
 
 POLICY = "aviflow-queue-access"
 PARAMS = "aviflow-queues"
 EXEMPT_KEY = "exempt"
+# Keys no queue can have (a LocalQueue's name is lower case)
+CLAIMS_KEY = "protectedClaims"
+PRIORITY_KEY = "priorityClasses."
 
 
 def queue_policy() -> dict[str, Any]:
@@ -72,6 +86,24 @@ def queue_policy() -> dict[str, Any]:
                     f"request.userInfo.username in params.data['{EXEMPT_KEY}'].split(',')",
                 },
                 {"name": "owner", "expression": _owner("object")},
+                {"name": "job", "expression": "object.kind == 'Job'"},
+                {"name": "pod", "expression": "object.spec.template.spec"},
+                {
+                    "name": "protected",
+                    "expression": f"has(params.data) && '{CLAIMS_KEY}' in params.data ? "
+                    f"params.data['{CLAIMS_KEY}'].split(',').filter(c, c != '') : []",
+                },
+                {
+                    "name": "priorities",
+                    "expression": f"has(params.data) && ('{PRIORITY_KEY}' + variables.queue) in "
+                    f"params.data ? params.data['{PRIORITY_KEY}' + variables.queue].split(',')"
+                    ".filter(c, c != '') : []",
+                },
+                {
+                    "name": "priority",
+                    "expression": f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in "
+                    f"object.metadata.labels ? object.metadata.labels['{PRIORITY_LABEL}'] : ''",
+                },
                 {
                     "name": "member",
                     "expression": "has(params.data) && variables.queue in params.data && "
@@ -90,6 +122,7 @@ def queue_policy() -> dict[str, Any]:
                     ),
                     "reason": "Forbidden",
                 },
+                *_job_validations(),
                 {
                     "expression": "object.kind != 'TrainJob' || variables.exempt || "
                     "(request.operation == 'CREATE' ? variables.owner == "
@@ -117,6 +150,61 @@ def queue_policy() -> dict[str, Any]:
     }
 
 
+def _job_validations() -> list[dict[str, str]]:
+    """What a Job (not the controller's or aviflow-api's) must be in a jobs namespace."""
+    allowed = "!variables.job || variables.exempt || "
+    return [
+        {
+            "expression": allowed + "variables.queue != ''",
+            "message": f"a Job here must name its team's queue in the label {QUEUE_LABEL}: "
+            "Kueue admits every job in this namespace",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": allowed + "((!has(variables.pod.serviceAccountName) || "
+            "variables.pod.serviceAccountName in ['', 'default']) && "
+            "(!has(variables.pod.serviceAccount) || "
+            "variables.pod.serviceAccount in ['', 'default']))",
+            "messageExpression": "'a Job here runs as the namespace\\'s default service "
+            "account, not ' + (has(variables.pod.serviceAccountName) ? "
+            "variables.pod.serviceAccountName : variables.pod.serviceAccount)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": allowed + "!has(variables.pod.volumes) || variables.pod.volumes.all("
+            "v, !has(v.persistentVolumeClaim) || "
+            "!(v.persistentVolumeClaim.claimName in variables.protected))",
+            "messageExpression": "'a Job may not mount the claim ' + variables.pod.volumes.filter("
+            "v, has(v.persistentVolumeClaim) && v.persistentVolumeClaim.claimName in "
+            "variables.protected)[0].persistentVolumeClaim.claimName + ': it holds every "
+            "user\\'s runs, which only Aviflow\\'s controller mounts'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": allowed + "(!has(variables.pod.hostNetwork) || "
+            "!variables.pod.hostNetwork) && (!has(variables.pod.hostPID) || "
+            "!variables.pod.hostPID) && (!has(variables.pod.hostIPC) || !variables.pod.hostIPC)"
+            " && (!has(variables.pod.volumes) || variables.pod.volumes.all(v, !has(v.hostPath)))"
+            " && [has(variables.pod.initContainers) ? variables.pod.initContainers : [], "
+            "variables.pod.containers].all(cs, cs.all(c, !has(c.securityContext) || "
+            "!has(c.securityContext.privileged) || !c.securityContext.privileged))",
+            "message": "a Job here may not reach into its node: no host network, PID or IPC "
+            "namespace, no hostPath volume, no privileged container",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": allowed + "(variables.priority == '' || variables.priority in "
+            "variables.priorities) && (!has(variables.pod.priorityClassName) || "
+            "variables.pod.priorityClassName in variables.priorities)",
+            "messageExpression": "'queue ' + variables.queue + ' allows ' + "
+            "(variables.priorities.size() == 0 ? 'no priority class' : 'the priority classes '"
+            " + variables.priorities.join(', ')) + ', not ' + (variables.priority != '' ? "
+            "variables.priority : variables.pod.priorityClassName)",
+            "reason": "Forbidden",
+        },
+    ]
+
+
 def _queue(obj: str) -> str:
     """CEL: the queue ``obj`` (a TrainJob or a Job) names, '' for none."""
     return (
@@ -134,9 +222,10 @@ def _owner(obj: str) -> str:
     )
 
 
-def queue_binding() -> dict[str, Any]:
-    """The binding: parameters from the ``aviflow-queues`` ConfigMap of the object's own
-    namespace; a namespace without it is not governed (no Aviflow queues there)."""
+def queue_binding(namespaces: Iterable[str]) -> dict[str, Any]:
+    """The binding: it governs the jobs ``namespaces`` (by name), with the parameters from the
+    ``aviflow-queues`` ConfigMap of the object's own namespace; while that is missing, every
+    TrainJob and Job there is refused (fails closed)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -144,19 +233,39 @@ def queue_binding() -> dict[str, Any]:
         "spec": {
             "policyName": POLICY,
             "validationActions": ["Deny"],
-            "paramRef": {"name": PARAMS, "parameterNotFoundAction": "Allow"},
+            "paramRef": {"name": PARAMS, "parameterNotFoundAction": "Deny"},
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": sorted(set(namespaces)),
+                        }
+                    ]
+                }
+            },
         },
     }
 
 
 def queue_params(
-    namespace: str, queues: Mapping[str, Iterable[str]], exempt: Iterable[str] = ()
+    namespace: str,
+    queues: Mapping[str, Iterable[str]],
+    exempt: Iterable[str] = (),
+    protected_claims: Iterable[str] = (),
+    priority: Mapping[str, Iterable[str]] | None = None,
 ) -> dict[str, Any]:
-    """The parameters: queue -> the groups that may use it, and the exempt users."""
+    """The parameters: queue -> the groups that may use it, the exempt users, the claims no
+    user's Job may mount, and per queue the priority classes its Jobs may name."""
     data = {queue: ",".join(sorted(set(groups))) for queue, groups in sorted(queues.items())}
-    if EXEMPT_KEY in data:
-        raise ValueError(f"a queue may not be named {EXEMPT_KEY!r}")
+    for reserved in (EXEMPT_KEY, CLAIMS_KEY):
+        if reserved in data:
+            raise ValueError(f"a queue may not be named {reserved!r}")
     data[EXEMPT_KEY] = ",".join(sorted(set(exempt)))
+    data[CLAIMS_KEY] = ",".join(sorted(set(protected_claims)))
+    for queue, classes in sorted((priority or {}).items()):
+        data[PRIORITY_KEY + queue] = ",".join(sorted(set(classes)))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -249,7 +249,8 @@ def generated() -> dict[str, str]:
         "api": rbac.API_RULES,
         "apiCluster": rbac.API_CLUSTER_RULES,
     }
-    queue_policy = {"policy": policy.queue_policy(), "binding": policy.queue_binding()}
+    # the binding's namespaces are the release's: queue-policy.yaml fills them in
+    queue_policy = {"policy": policy.queue_policy(), "binding": policy.queue_binding([])}
     return {
         "values.schema.json": json.dumps(schema, indent=2, sort_keys=True) + "\n",
         "VALUES.md": values_reference(schema),

@@ -172,6 +172,12 @@ class Team(StrictModel):
     admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
     admins: list[str] = Field(default_factory=list, description="Users who administer the team.")
     queue: str = Field(description="The team's Kueue LocalQueue name.")
+    priority_classes: list[str] = Field(
+        default_factory=list,
+        alias="priorityClasses",
+        description="Kueue WorkloadPriorityClasses (kueue.priorityClasses) that the team's "
+        "kubectl Jobs may name; none by default.",
+    )
     gpu_quota: int = Field(
         8, alias="gpuQuota", ge=0, description="GPUs the queue may hold at once."
     )

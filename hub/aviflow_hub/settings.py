@@ -168,6 +168,16 @@ def authenticator(cfg: HubConfig) -> dict[str, dict[str, Any]]:
     }
 
 
+NOTEBOOK_UID = 1000
+NOTEBOOK_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsUser": NOTEBOOK_UID,
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def spawner(
     cfg: HubConfig, data_dir: Path, python: str = sys.executable, base_dir: Path | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -207,6 +217,11 @@ def spawner(
         "extra_labels": {"app.kubernetes.io/part-of": "aviflow"},
         # Notebooks never get a Kubernetes credential (KubeSpawner's default, made explicit).
         "automount_service_account_token": False,
+        # Pod Security's `restricted` profile, as the notebook images' user (uid 1000, as
+        # Zero-to-JupyterHub's singleuser.uid): no privilege escalation (no sudo), no
+        # capabilities, the runtime's default seccomp filter.
+        "uid": NOTEBOOK_UID,
+        "container_security_context": dict(NOTEBOOK_SECURITY_CONTEXT),
     }
     if cfg.hub.notebook_bind == "podIP":
         # Listen on the pod's own address only: $(POD_IP) is expanded by the kubelet in

@@ -153,6 +153,17 @@ def test_teams_become_kueue_queues(render: Render) -> None:
         "nlp": "nlp",
         "prod": "prod-ml",
         "exempt": "system:serviceaccount:aviflow:aviflow-api,system:serviceaccount:aviflow:aviflow-controller",
+        "protectedClaims": "aviflow-runs",
+        "priorityClasses.vision": "high,low",
+        "priorityClasses.nlp": "",
+        "priorityClasses.prod": "",
+    }
+    binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"  # fails closed
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["aviflow"]}
+        ]
     }
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "WorkloadPriorityClass"] == [
         "low",
@@ -199,6 +210,7 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
         "runAsGroup": 1000,
         "fsGroup": 1000,
         "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
     [c] = pod["containers"]
     assert c["image"] == "registry.example.com/aviflow/trainer:0.1.0-6045a7bbf179"

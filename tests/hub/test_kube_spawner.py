@@ -96,13 +96,14 @@ def _listeners(port: int) -> list[str]:
 
 def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
     k8s_cluster: Any,
-    k8s_namespace: str,
+    restricted_namespace: str,
     hub_factory: Any,
     hub_config: Any,
     run_in_kernel: Any,
     tmp_path: Path,
     built_images: dict[str, dict[str, Any]],
 ) -> None:
+    k8s_namespace = restricted_namespace  # Pod Security `restricted`, enforced
     notebook = built_images["notebook"]
     storage_name = f"aviflow-hub-{uuid.uuid4().hex[:8]}"
     port = free_port()
@@ -158,6 +159,14 @@ def test_kubespawner_spawns_the_chosen_profile_on_a_cpu_node(
                 "memory": 3 * 2**30,
             }
             assert pod.spec.node_selector == {POOL: "cpu"}
+            # Pod Security `restricted`, which the namespace enforces: the pod was admitted
+            sc = container.security_context
+            assert (sc.run_as_user, sc.run_as_non_root, sc.allow_privilege_escalation) == (
+                1000,
+                True,
+                False,
+            )
+            assert (sc.capabilities.drop, sc.seccomp_profile.type) == (["ALL"], "RuntimeDefault")
             tolerations = [t.to_dict() for t in pod.spec.tolerations or []]
             assert {
                 "key": TOLERATION["key"],

@@ -313,10 +313,14 @@ def trainer_images(built_images: dict[str, dict[str, Any]]) -> list[dict[str, An
 
 @pytest.fixture
 def make_pool(
-    crd_installed: Any, k8s_namespace: str, tmp_path: Path, trainer_images: list[dict[str, Any]]
+    crd_installed: Any,
+    restricted_namespace: str,
+    tmp_path: Path,
+    trainer_images: list[dict[str, Any]],
 ) -> Any:
     """``make_pool(teams={"vision": {"gpus": 8}}, controller=True) -> Pool``: its pods run
-    in the built trainer image."""
+    in the built trainer image, in a namespace that enforces Pod Security ``restricted``."""
+    k8s_namespace = restricted_namespace
     pools: list[Pool] = []
 
     def make(teams: dict[str, dict[str, Any]] | None = None, controller: bool = True) -> Pool:

@@ -12,7 +12,8 @@ import yaml
 
 from aviflow.k8s.crd import IMMUTABLE_SPEC
 from aviflow.k8s.manifests import ANNOTATION_CANCEL, ANNOTATION_USER
-from aviflow.k8s.policy import POLICY, queue_binding, queue_params, queue_policy
+from aviflow.k8s.policy import PARAMS, POLICY, queue_binding, queue_params, queue_policy
+from aviflow_testcluster import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -30,17 +31,22 @@ def trainjob(name: str, queue: str, owner: str | None = "dave") -> dict[str, Any
     }
 
 
-def kueue_job(name: str, queue: str) -> dict[str, Any]:
+def kueue_job(
+    name: str, queue: str | None, labels: dict[str, str] | None = None, **pod: Any
+) -> dict[str, Any]:
+    """A Kueue Job in ``queue`` (None: no queue label) with ``pod`` merged into its pod spec."""
+    meta_labels = {**({"kueue.x-k8s.io/queue-name": queue} if queue else {}), **(labels or {})}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "metadata": {"name": name, "labels": meta_labels},
         "spec": {
             "suspend": True,
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [{"name": "c", "image": "x", "command": ["true"]}],
+                    **pod,
                 }
             },
         },
@@ -84,8 +90,13 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
             ],
         },
     ]
-    params = queue_params(ns, {"queue-a": ["team-a"], "queue-b": ["team-b", "admins"]})
-    docs = [queue_policy(), queue_binding(), params, *rbac]
+    params = queue_params(
+        ns,
+        {"queue-a": ["team-a"], "queue-b": ["team-b", "admins"]},
+        protected_claims=["runs"],
+        priority={"queue-b": ["high"]},
+    )
+    docs = [queue_policy(), queue_binding([ns]), params, *rbac]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     try:
 
@@ -167,6 +178,7 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
         ).stdout
         assert json.loads(annotations)[ANNOTATION_USER] == "dave", annotations
         assert json.loads(annotations)[ANNOTATION_CANCEL] == "erin stops it", annotations
+        hostile_jobs_are_refused(cluster, ns, as_dave)
     finally:
         cluster.kubectl(
             "delete",
@@ -174,3 +186,80 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
             POLICY,
             check=False,
         )
+
+
+def hostile_jobs_are_refused(cluster: Any, ns: str, as_dave: Any) -> None:
+    """A Job in a jobs namespace goes through Kueue, as the default service account, off the
+    run store and the node, at a priority its queue allows; the policy governs the jobs
+    namespaces only, and fails closed there when its parameters are missing."""
+    on_node = (
+        "a Job here may not reach into its node: no host network, PID or IPC namespace, no "
+        "hostPath volume, no privileged container"
+    )
+    privileged = {"securityContext": {"privileged": True}}
+    refusals = {
+        "no-queue": (
+            kueue_job("no-queue", None),
+            "a Job here must name its team's queue in the label kueue.x-k8s.io/queue-name: "
+            "Kueue admits every job in this namespace",
+        ),
+        "controller-sa": (
+            kueue_job("controller-sa", "queue-b", serviceAccountName="aviflow-controller"),
+            "a Job here runs as the namespace's default service account, not aviflow-controller",
+        ),
+        "run-store": (
+            kueue_job(
+                "run-store",
+                "queue-b",
+                volumes=[{"name": "r", "persistentVolumeClaim": {"claimName": "runs"}}],
+            ),
+            "a Job may not mount the claim runs: it holds every user's runs, which only "
+            "Aviflow's controller mounts",
+        ),
+        "host-network": (kueue_job("host-network", "queue-b", hostNetwork=True), on_node),
+        "host-path": (
+            kueue_job("host-path", "queue-b", volumes=[{"name": "h", "hostPath": {"path": "/"}}]),
+            on_node,
+        ),
+        "privileged": (
+            kueue_job(
+                "privileged",
+                "queue-b",
+                containers=[{"name": "c", "image": "x", "command": ["true"], **privileged}],
+            ),
+            on_node,
+        ),
+        "urgent": (
+            kueue_job("urgent", "queue-b", {"kueue.x-k8s.io/priority-class": "urgent"}),
+            "queue queue-b allows the priority classes high, not urgent",
+        ),
+        "critical": (
+            kueue_job("critical", "queue-b", priorityClassName="system-cluster-critical"),
+            "queue queue-b allows the priority classes high, not system-cluster-critical",
+        ),
+    }
+    for name, (body, message) in refusals.items():
+        done = as_dave(body)
+        assert done.returncode != 0 and message in done.stderr, (name, done.stderr)
+    fine = kueue_job("high", "queue-b", {"kueue.x-k8s.io/priority-class": "high"})
+    done = cluster.kubectl(
+        "create", "-n", ns, "--as=dave", "--as-group=team-b", "--dry-run=server", "-f", "-",
+        input=json.dumps(fine), check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # another namespace is not governed: no Aviflow queues there
+    other = cluster.create_namespace()
+    done = cluster.kubectl(
+        "create", "-n", other, "--dry-run=server", "-f", "-",
+        input=json.dumps(kueue_job("elsewhere", None)),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cluster.kubectl("delete", "namespace", other, "--wait=false")
+    # without its parameters the policy refuses everything in the jobs namespace
+    cluster.kubectl("delete", "configmap", PARAMS, "-n", ns)
+    closed = wait_for(
+        lambda: (d := as_dave(trainjob("while-closed", "queue-b"))).returncode != 0 and d,
+        30,
+        "the policy fails closed",
+    )
+    assert "aviflow-queue-access" in closed.stderr, closed.stderr

@@ -104,6 +104,7 @@ runAsUser: 1000
 runAsGroup: 1000
 fsGroup: 1000
 runAsNonRoot: true
+seccompProfile: {type: RuntimeDefault}
 {{- end }}
 {{- define "aviflow.containerSecurity" -}}
 allowPrivilegeEscalation: false

@@ -10,7 +10,7 @@ nodes run as local processes under the node agent.
 """
 
 from ._build import BINARIES, K8S_VERSION, KUEUE_VERSION, bin_dir, build
-from ._cluster import Cluster, ClusterError, free_port, free_ports
+from ._cluster import RESTRICTED, Cluster, ClusterError, free_port, free_ports
 from ._nodes import (
     GPU_RESOURCE,
     GPU_TAINT,
@@ -37,6 +37,7 @@ __all__ = [
     "LABEL_INSTANCE_TYPE",
     "LABEL_POOL",
     "LABEL_RACK",
+    "RESTRICTED",
     "Cluster",
     "ClusterError",
     "NodeSpec",

@@ -85,6 +85,14 @@ PORT_NAMES = (
 )
 
 
+# Pod Security admission's `restricted` profile, enforced: the label of the namespaces that
+# hold users' notebooks and trainer pods.
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
 class ClusterError(RuntimeError):
     pass
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from . import _build, _procs
-from ._cluster import Cluster
+from ._cluster import RESTRICTED, Cluster
 from ._lock import locked
 
 __all__ = [
@@ -131,15 +131,29 @@ def k8s_cluster(tmp_path_factory, request) -> Iterator[Cluster]:
         leave()
 
 
+@contextlib.contextmanager
+def _fresh_namespace(cluster: Cluster, labels: dict[str, str] | None = None) -> Iterator[str]:
+    from kubernetes import client
+
+    name = cluster.create_namespace(labels=labels)
+    yield name
+    with cluster.api_client() as api, contextlib.suppress(client.ApiException):
+        client.CoreV1Api(api).delete_namespace(name)
+
+
 @pytest.fixture
 def k8s_namespace(k8s_cluster: Cluster) -> Iterator[str]:
     """A fresh namespace for one test; deleted (without waiting) afterwards."""
-    from kubernetes import client
+    with _fresh_namespace(k8s_cluster) as name:
+        yield name
 
-    name = k8s_cluster.create_namespace()
-    yield name
-    with k8s_cluster.api_client() as api, contextlib.suppress(client.ApiException):
-        client.CoreV1Api(api).delete_namespace(name)
+
+@pytest.fixture
+def restricted_namespace(k8s_cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace that enforces Pod Security's ``restricted`` profile (users' notebooks
+    and trainer pods run in one such); deleted (without waiting) afterwards."""
+    with _fresh_namespace(k8s_cluster, RESTRICTED) as name:
+        yield name
 
 
 if "pytest" not in sys.modules:  # pragma: no cover - imported only as a plugin
