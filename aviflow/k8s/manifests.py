@@ -22,13 +22,14 @@ HGX nodes for RDMA) do not collide.
 
 from __future__ import annotations
 
+import ipaddress
 import zlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final
 
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.settings import ClusterSettings
+from aviflow.k8s.settings import METADATA_CIDR, ClusterSettings
 from aviflow.names import label_value
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import API_VERSION, KIND, TrainJob
@@ -48,6 +49,7 @@ PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
 TAS_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
 TAS_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
 CONTAINER: Final = "trainer"
+DNS_LABELS: Final = {"k8s-app": "kube-dns"}  # the cluster DNS's pods (CoreDNS, kube-dns)
 RESUME_MOUNT: Final = "/aviflow/resume"
 PORT_BASE, PORT_SPAN = 20000, 10000
 # podFailurePolicy rule indexes: the Job's Failed condition names the rule that matched
@@ -138,6 +140,48 @@ def service(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {LABEL_JOB: ref.id},
+        },
+    }
+
+
+def network_policy(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
+    """The job's NetworkPolicy, next to its Service: its pods take traffic from each other
+    only (rendezvous and collectives) and reach each other, the cluster's DNS and the
+    admin's ``egress`` allow-list, never the cloud's metadata address. The run store is
+    mounted by the node, not reached by the pods. The chart denies trainer pods everything
+    else (policies add up: one job's policy opens nothing to another's pods)."""
+    own = {"podSelector": {"matchLabels": {LABEL_JOB: ref.id}}}
+    egress: list[dict[str, Any]] = [
+        {"to": [own]},
+        {
+            "to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": DNS_LABELS}}],
+            "ports": [{"protocol": proto, "port": 53} for proto in ("UDP", "TCP")],
+        },
+    ]
+    metadata = ipaddress.ip_network(METADATA_CIDR)
+    for rule in settings.egress:
+        net = ipaddress.ip_network(rule.cidr)
+        block: dict[str, Any] = {"cidr": rule.cidr}
+        if net.version == metadata.version and metadata.subnet_of(net):  # type: ignore[arg-type]
+            block["except"] = [METADATA_CIDR]
+        entry: dict[str, Any] = {"to": [{"ipBlock": block}]}
+        if rule.ports:
+            entry["ports"] = [{"protocol": "TCP", "port": p} for p in rule.ports]
+        egress.append(entry)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": service_name(ref.id),
+            "namespace": settings.namespace,
+            "labels": {**MANAGED_BY, **labels(ref)},
+            "ownerReferences": [owner_reference(ref)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_JOB: ref.id}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [own]}],
+            "egress": egress,
         },
     }
 

@@ -1,7 +1,7 @@
 """Least-privilege identities of the controller and of aviflow-api. Pure builders.
 
 - ``aviflow-controller`` (in ``namespace``, the jobs' namespace): reads TrainJobs and writes
-  their status; creates and deletes the Jobs and Services of their attempts; reads Pods, their
+  their status; creates and deletes the Jobs, Services and NetworkPolicies of their attempts; reads Pods, their
   logs and Kueue's Workloads, and Kueue's pending lists. Nothing cluster-wide.
 - ``aviflow-api``: creates, reads and annotates (cancel) TrainJobs; reads the LocalQueues of
   the namespace, the ClusterQueues behind them and Kueue's pending lists. It cannot create
@@ -32,6 +32,7 @@ CONTROLLER_RULES = [
     _rule([GROUP], [f"{PLURAL}/status"], ["get", "patch", "update"]),
     _rule(["batch"], ["jobs"], [*READ, "create", "delete"]),
     _rule([""], ["services"], ["get", "create", "delete"]),
+    _rule(["networking.k8s.io"], ["networkpolicies"], ["get", "create", "delete"]),
     _rule([""], ["pods"], READ),
     _rule([""], ["pods/log"], ["get"]),
     _rule([KUEUE], ["workloads"], READ),

@@ -11,6 +11,7 @@ The Kubernetes backend (``api.kubernetes`` in the hub config, ``AVIFLOW_K8S_CONF
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -120,6 +121,34 @@ class ImageEntry(StrictModel):
         return TrainerImage(self.name, self.image, self.lock_hash, dict(self.packages))
 
 
+# The cloud's instance metadata address: never reachable from a trainer, whatever the
+# allow-list says (its credentials are the node's)
+METADATA_CIDR = "169.254.169.254/32"
+
+
+class EgressRule(StrictModel):
+    """An address range trainer pods may reach (the admin's allow-list), on some ports."""
+
+    cidr: str = Field(description="An IPv4 or IPv6 range, e.g. 10.20.0.0/16 or 0.0.0.0/0.")
+    ports: list[int] = Field(default_factory=list, description="TCP ports (default: every port).")
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_network(v, strict=True))
+        except ValueError as exc:
+            raise ValueError(f"{v!r} is not an address range: {exc}") from None
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: list[int]) -> list[int]:
+        bad = [p for p in v if not 1 <= p <= 65535]
+        if bad:
+            raise ValueError(f"ports {bad} are not TCP ports (1 to 65535)")
+        return v
+
+
 class ClusterSettings(StrictModel):
     """How TrainJobs become pods; see the module docstring."""
 
@@ -158,6 +187,17 @@ class ClusterSettings(StrictModel):
     termination_grace_seconds: int = Field(30, alias="terminationGraceSeconds", ge=0, le=3600)
     priority_class: str | None = Field(
         None, alias="priorityClass", description="A Kueue WorkloadPriorityClass for every job."
+    )
+    network_policy: bool = Field(
+        True,
+        alias="networkPolicy",
+        description="Give each job a NetworkPolicy: its pods take traffic only from each "
+        "other and reach only each other, DNS and `egress`.",
+    )
+    egress: list[EgressRule] = Field(
+        default_factory=list,
+        description="What trainer pods may reach besides their own job and DNS (a package "
+        f"mirror, a model hub); {METADATA_CIDR}, the cloud's metadata, never.",
     )
 
     @field_validator("namespace")

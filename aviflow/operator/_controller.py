@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -94,6 +95,7 @@ class Controller:
         self.ns = settings.namespace
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
+        self.net = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.queue = WorkQueue()
         self.tick, self.queued_tick, self.workers = tick, queued_tick, workers
@@ -378,6 +380,9 @@ class Controller:
         if self.jobs.get(self.ns, m.attempt_name(ref.id, attempt)) is not None:
             return
         self._create(self.core.create_namespaced_service, m.service(ref, self.settings))
+        if self.settings.network_policy:
+            policy = m.network_policy(ref, self.settings)
+            self._create(self.net.create_namespaced_network_policy, policy)
         deadline = None
         if job.spec.time_limit_seconds is not None:
             left = job.spec.time_limit_seconds - held_seconds(lc.events, time.time())
@@ -419,13 +424,15 @@ class Controller:
         for obj in self.jobs.by(job_id):
             if not obj["metadata"].get("deletionTimestamp"):
                 self._delete_job(obj["metadata"]["name"])
-        try:
-            self.core.delete_namespaced_service(
-                m.service_name(job_id), self.ns, _request_timeout=API_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        deletes: list[Callable[..., object]] = [self.core.delete_namespaced_service]
+        if self.settings.network_policy:
+            deletes.append(self.net.delete_namespaced_network_policy)
+        for delete in deletes:
+            try:
+                delete(m.service_name(job_id), self.ns, _request_timeout=API_TIMEOUT)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
     def _write_status(
         self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str

@@ -40,7 +40,7 @@ CHART_OWNED: dict[str, tuple[str, ...]] = {
     "ApiSection": (
         "bind", "port", "url", "notebookUrl", "backend", "runRoot", "local", "external",
     ),
-    "KubernetesSection": ("namespace", "kubeconfig", "context", "runs"),
+    "KubernetesSection": ("namespace", "kubeconfig", "context", "runs", "networkPolicy"),
 }  # fmt: skip
 
 
@@ -146,7 +146,8 @@ class ChartOnly(StrictModel):
     network_policy: bool = Field(
         True,
         alias="networkPolicy",
-        description="Notebook pods reach the hub, the proxy and aviflow-api only.",
+        description="NetworkPolicies: notebook pods reach the hub, the proxy and aviflow-api "
+        "only; each job's pods reach each other, DNS and api.kubernetes.egress only.",
     )
 
 

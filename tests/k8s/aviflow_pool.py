@@ -280,9 +280,9 @@ class Pool:
         return client.ApiClient(cfg)
 
     def leftovers(self) -> dict[str, list[str]]:
-        """Jobs, pods, services and workloads still in the namespace."""
+        """Jobs, pods, services, network policies and workloads still in the namespace."""
         out = {}
-        for kind in ("jobs", "pods", "services", "workloads.kueue.x-k8s.io"):
+        for kind in ("jobs", "pods", "services", "networkpolicies", "workloads.kueue.x-k8s.io"):
             done = self.cluster.kubectl("get", kind, "-n", self.namespace, "-o", "name")
             out[kind] = done.stdout.split()
         return out

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aviflow.errors import BackendError
 from aviflow.k8s import manifests as m
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.spec import TrainJob
@@ -48,6 +49,7 @@ SETTINGS = ClusterSettings.from_dict(
         "namespace": "ml-jobs",
         "image": "registry.example.com/aviflow/trainer:1.0",
         "priorityClass": "batch",
+        "egress": [{"cidr": "10.20.0.0/16", "ports": [443]}, {"cidr": "0.0.0.0/0"}],
     }
 )
 DEFAULTS = ClusterSettings.from_dict(
@@ -64,6 +66,7 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
         "big.yaml": [
             m.trainjob(BIG, BIG_REF, "ada@example.com", SETTINGS),
             m.service(BIG_REF, SETTINGS),
+            m.network_policy(BIG_REF, SETTINGS),
             m.attempt_job(
                 BIG,
                 BIG_REF,
@@ -76,6 +79,7 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
         "small.yaml": [
             m.trainjob(SMALL, SMALL_REF, "bob", DEFAULTS),
             m.service(SMALL_REF, DEFAULTS),
+            m.network_policy(SMALL_REF, DEFAULTS),
             m.attempt_job(SMALL, SMALL_REF, 1, DEFAULTS),
         ],
     }
@@ -226,3 +230,28 @@ def test_cli_dry_run_prints_the_exact_manifests_and_submits_nothing(
     assert {d["metadata"]["namespace"] for d in docs} == {"ml-jobs"}
     assert docs[2]["spec"]["activeDeadlineSeconds"] == 4 * 3600
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_jobs_network_policy_admits_its_own_pods_only_and_never_the_metadata() -> None:
+    policy = m.network_policy(BIG_REF, SETTINGS)
+    spec = policy["spec"]
+    own = {"podSelector": {"matchLabels": {m.LABEL_JOB: BIG_REF.id}}}
+    assert (policy["metadata"]["name"], policy["metadata"]["ownerReferences"][0]["uid"]) == (
+        m.service_name(BIG_REF.id),
+        UID,
+    )
+    assert spec["podSelector"] == own["podSelector"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == [{"from": [own]}]
+    assert [e["to"] for e in spec["egress"]] == [
+        [own],
+        [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
+        [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}],
+    ]
+    assert spec["egress"][2]["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert "ports" not in spec["egress"][3]
+    # the admin's list is checked: a bad range or port is named
+    with pytest.raises(BackendError, match="not an address range"):
+        ClusterSettings.from_dict({"egress": [{"cidr": "10.0.0.1/8"}]})
+    with pytest.raises(BackendError, match=r"ports \[0\] are not TCP ports"):
+        ClusterSettings.from_dict({"egress": [{"cidr": "10.0.0.0/8", "ports": [0]}]})

@@ -134,6 +134,26 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
         lambda: f"the second job queued at position 1, saying why: {waiting.status_record()}",
     )
     assert status.state is JobState.QUEUED, status
+    # the running job's NetworkPolicy, owned by its TrainJob, selects its two pods and no other
+    policy = json.loads(
+        pool.cluster.kubectl(
+            "get", "networkpolicy", f"avf-{running.id}", "-n", pool.namespace, "-o", "json"
+        ).stdout
+    )
+    assert [(o["kind"], o["name"]) for o in policy["metadata"]["ownerReferences"]] == [
+        ("TrainJob", running.id)
+    ]
+    selector = ",".join(f"{k}={v}" for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
+    selected = pool.cluster.kubectl(
+        "get", "pods", "-n", pool.namespace, "-l", selector, "-o", "name"
+    ).stdout.split()
+    everyones = pool.cluster.kubectl(
+        "get", "pods", "-n", pool.namespace, "-l", "aviflow.dev/job", "-o", "name"
+    ).stdout.split()
+    assert len(selected) == 2 and all(running.id in name for name in selected), selected
+    assert sorted(selected) == sorted(n for n in everyones if running.id in n)
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {
+        "aviflow.dev/job": running.id}}}]}]  # fmt: skip
     assert waiting.cancel() is True
     assert running.cancel() is True
     assert [e.type for e in waiting.events()] == [EventType.QUEUED, EventType.CANCELLED]

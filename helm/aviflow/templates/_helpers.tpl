@@ -53,13 +53,15 @@ Mirrors HubConfig's own validators (hub/aviflow_hub/config.py), which the hub ru
 
 {{/*
 The cluster settings (aviflow.k8s.settings.ClusterSettings, JSON): api.kubernetes plus what
-the chart owns (namespace, the run store). aviflow-api and the controller read the same.
+the chart owns (namespace, the run store, networkPolicy). aviflow-api and the controller read
+the same.
 */}}
 {{- define "aviflow.clusterSettings" -}}
 {{- $settings := deepCopy (.Values.api.kubernetes | default dict) -}}
 {{- $_ := set $settings "namespace" .Release.Namespace -}}
 {{- $_ := set $settings "runs" (dict "claimName" (include "aviflow.runsClaim" .) "mountPath" "/aviflow/runs" "localPath" "/aviflow/runs") -}}
 {{- if not (hasKey $settings "gpuResource") }}{{ $_ := set $settings "gpuResource" .Values.kueue.gpuResource }}{{ end -}}
+{{- $_ := set $settings "networkPolicy" .Values.networkPolicy -}}
 {{- toJson $settings -}}
 {{- end }}
 
