@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from aviflow._model import StrictModel
 from aviflow.names import DNS1123_LABEL
@@ -117,14 +117,52 @@ class RunStore(StrictModel):
     )
 
 
+class ProxyHttps(StrictModel):
+    """TLS at the proxy (as Zero-to-JupyterHub's ``proxy.https`` with ``type: secret``):
+    configurable-http-proxy serves HTTPS with the certificate and key of a TLS Secret."""
+
+    enabled: bool = False
+    secret: str | None = Field(
+        None,
+        description="A kubernetes.io/tls Secret in the release's namespace (tls.crt, tls.key), "
+        "e.g. made by cert-manager.",
+    )
+
+
 class ProxyService(StrictModel):
     """The users' address: the Service in front of configurable-http-proxy's public port."""
 
     type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"
-    port: int = Field(80, ge=1, le=65535)
+    port: int = Field(80, ge=1, le=65535, description="The Service's port (443 with https).")
     annotations: dict[str, str] = Field(
         default_factory=dict, description="E.g. a cloud load balancer's settings."
     )
+    https: ProxyHttps = Field(default_factory=lambda: ProxyHttps())
+
+    @model_validator(mode="after")
+    def _secret(self) -> ProxyService:
+        if self.https.enabled and not self.https.secret:
+            raise ValueError("proxy.https.enabled needs proxy.https.secret (a TLS Secret)")
+        return self
+
+
+class IngressTls(StrictModel):
+    secret_name: str = Field(alias="secretName")
+    hosts: list[str] = Field(default_factory=list)
+
+
+class Ingress(StrictModel):
+    """An Ingress in front of the proxy's Service (TLS at the ingress controller), as
+    Zero-to-JupyterHub's ``ingress``."""
+
+    enabled: bool = False
+    class_name: str | None = Field(None, alias="className", description="The IngressClass.")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="E.g. cert-manager.io/cluster-issuer."
+    )
+    hosts: list[str] = Field(default_factory=list, description="Host names (default: any).")
+    path: str = "/"
+    tls: list[IngressTls] = Field(default_factory=list)
 
 
 class State(StrictModel):
@@ -140,6 +178,7 @@ class ChartOnly(StrictModel):
 
     images: Images = Field(default_factory=lambda: Images())
     proxy: ProxyService = Field(default_factory=lambda: ProxyService())
+    ingress: Ingress = Field(default_factory=lambda: Ingress())
     state: State = Field(default_factory=lambda: State())
     kueue: Kueue = Field(default_factory=lambda: Kueue())
     run_store: RunStore = Field(default_factory=lambda: RunStore(), alias="runStore")

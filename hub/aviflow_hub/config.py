@@ -116,8 +116,16 @@ class HubSection(StrictModel):
 
 
 class DevAuth(StrictModel):
+    """The dev login: any username with one shared password (a trial, or ``make hub``)."""
+
     user_password: str = Field(alias="userPassword", min_length=8)
     admin_password: str | None = Field(None, alias="adminPassword", min_length=32)
+    allow_on_public_address: bool = Field(
+        False,
+        alias="allowOnPublicAddress",
+        description="The chart refuses to put the dev login (anyone may log in as anyone "
+        "who knows the one password) on a LoadBalancer, NodePort or Ingress without this.",
+    )
 
 
 class GenericOAuth(StrictModel):
@@ -128,13 +136,37 @@ class GenericOAuth(StrictModel):
     userdata_url: str = Field(alias="userdataUrl")
     callback_url: str = Field(alias="callbackUrl")
     scope: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
-    username_claim: str = Field("preferred_username", alias="usernameClaim")
+    username_claim: str = Field(
+        alias="usernameClaim",
+        description="The claim that names a user, for good: one the identity provider never "
+        "reassigns and users cannot edit (its `sub`, or an employee id; not a display name). "
+        "Users, their jobs and their GPU-hours are keyed by it.",
+    )
     groups_claim: str | None = Field(
         "groups",
         alias="groupsClaim",
         description="Claim holding the user's groups; the hub then manages groups.",
     )
     admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
+    allowed_users: list[str] = Field(
+        default_factory=list, alias="allowedUsers", description="Users who may log in."
+    )
+    allowed_groups: list[str] = Field(
+        default_factory=list,
+        alias="allowedGroups",
+        description="Groups (groupsClaim) whose members may log in.",
+    )
+
+    @model_validator(mode="after")
+    def _someone_allowed(self) -> GenericOAuth:
+        if not (self.allowed_users or self.allowed_groups or self.admin_groups):
+            raise ValueError(
+                "name who may log in: allowedGroups or allowedUsers (every account of the "
+                "identity provider is not allowed)"
+            )
+        if (self.allowed_groups or self.admin_groups) and not self.groups_claim:
+            raise ValueError("allowedGroups and adminGroups need groupsClaim")
+        return self
 
 
 class AuthSection(StrictModel):

@@ -155,8 +155,11 @@ def authenticator(cfg: HubConfig) -> dict[str, dict[str, Any]]:
         "oauth_callback_url": oauth.callback_url,
         "scope": list(oauth.scope),
         "username_claim": oauth.username_claim,
-        "allow_all": True,
     }
+    if oauth.allowed_users:
+        generic["allowed_users"] = set(oauth.allowed_users)
+    if oauth.allowed_groups:
+        generic["allowed_groups"] = set(oauth.allowed_groups)
     if oauth.groups_claim:
         generic.update(manage_groups=True, auth_state_groups_key=f"oauth_user.{oauth.groups_claim}")
     if oauth.admin_groups:

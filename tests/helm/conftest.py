@@ -1,7 +1,8 @@
 """Fixtures of the chart tests (``helm/aviflow``): ``helm`` (session) is the helm CLI built
 from the Go module proxy (``make helm``; cached like the control-plane binaries), and
-``render(*value_files, set=..., check=True)`` runs ``helm template`` and returns the
-objects (or, with ``check=False``, the finished process)."""
+``render(*value_files, values=..., check=True)`` runs ``helm template`` (with
+:data:`TRIAL`'s values when no file is given) and returns the objects (or, with
+``check=False``, the finished process)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from aviflow_testcluster import _build
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "aviflow"
 EXAMPLES = ROOT / "helm" / "examples"
+# What a render without value files adds to the chart's defaults: the chart has no default
+# password, and keeps the dev login off public addresses unless told (a trial's values)
+TRIAL = {"auth": {"dev": {"userPassword": "chart-test-password", "allowOnPublicAddress": True}}}
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +42,10 @@ def render(helm: Path, tmp_path: Path) -> Render:
         check: bool = True,
     ) -> Any:
         argv = [str(helm), "template", release, str(CHART), "--namespace", namespace]
+        if not value_files:
+            trial = tmp_path / "trial-values.yaml"
+            trial.write_text(yaml.safe_dump(TRIAL))
+            value_files = (trial,)
         for f in value_files:
             argv += ["-f", str(f)]
         if values is not None:

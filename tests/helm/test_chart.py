@@ -24,7 +24,7 @@ from aviflow_hub.config import CONFIG_ENV, HubConfig
 from aviflow_hub.kube_spawner import HUB_RULES
 from aviflow_hub.settings import API_TOKEN_ENV, external_service_environment, hub_settings
 
-from .conftest import CHART, EXAMPLES, Render
+from .conftest import CHART, EXAMPLES, TRIAL, Render
 
 GOLDEN = Path(__file__).parent / "golden"
 MULTI_TEAM = EXAMPLES / "multi-team.yaml"
@@ -36,11 +36,12 @@ def test_generated_files_are_current() -> None:
     assert stale == [], f"run `python -m aviflow_hub.chart helm/aviflow`; stale: {stale}"
 
 
-@pytest.mark.parametrize("values", [None, MULTI_TEAM], ids=["defaults", "multi-team"])
-def test_lint_strict(helm: Path, values: Path | None) -> None:
-    argv = [str(helm), "lint", "--strict", str(CHART)]
-    if values is not None:
-        argv += ["-f", str(values)]
+@pytest.mark.parametrize("values", [None, MULTI_TEAM], ids=["trial", "multi-team"])
+def test_lint_strict(helm: Path, values: Path | None, tmp_path: Path) -> None:
+    if values is None:  # the defaults, with what a trial must add (a password)
+        values = tmp_path / "trial.yaml"
+        values.write_text(yaml.safe_dump(TRIAL))
+    argv = [str(helm), "lint", "--strict", str(CHART), "-f", str(values)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
@@ -54,6 +55,8 @@ def test_the_values_are_a_hub_config(values: Path) -> None:
     adds only the keys it owns)."""
     merged = yaml.safe_load((CHART / "values.yaml").read_text())
     merged.update(yaml.safe_load(values.read_text()))
+    if values == CHART / "values.yaml":  # what a trial adds: the chart has no password
+        merged["auth"] = {**merged["auth"], **TRIAL["auth"]}
     cfg = HubConfig.from_dict({k: merged[k] for k in HUB_SECTIONS})
     assert [t.queue for t in cfg.teams] == [t["queue"] for t in merged["teams"]]
 
@@ -223,6 +226,8 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
     ]
 
 
+# the example's identity provider, allowing nobody yet
+OAUTH = yaml.safe_load(MULTI_TEAM.read_text())["auth"]["genericOAuth"] | {"allowedGroups": []}
 BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "typo",
@@ -270,6 +275,44 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         {"api": {"kubernetes": {"images": [{"image": "x:1"}]}}},
         "at '/api/kubernetes/images/0': missing property 'name'",
     ),
+    (
+        "the dev login on a load balancer",
+        {"auth": {"dev": {"allowOnPublicAddress": False}}},
+        "auth.type dev on a public address (proxy.type LoadBalancer): anyone who knows its one "
+        "password may log in as any user. Use auth.type generic-oauth, or proxy.type ClusterIP "
+        "(kubectl port-forward), or set auth.dev.allowOnPublicAddress: true for a trial",
+    ),
+    (
+        "the dev login at an ingress",
+        {
+            "auth": {"dev": {"allowOnPublicAddress": False}},
+            "proxy": {"type": "ClusterIP"},
+            "ingress": {"enabled": True},
+        },
+        "auth.type dev on a public address (proxy.type ClusterIP, ingress.enabled)",
+    ),
+    (
+        "https without a certificate",
+        {"proxy": {"https": {"enabled": True}}},
+        "proxy.https.enabled needs proxy.https.secret: a kubernetes.io/tls Secret (tls.crt, "
+        "tls.key) in the release's namespace",
+    ),
+    (
+        "oauth open to every account",
+        {"auth": {"type": "generic-oauth", "genericOAuth": {**OAUTH, "adminGroups": []}}},
+        "auth.genericOAuth: name who may log in with allowedGroups or allowedUsers (every "
+        "account of the identity provider is not allowed)",
+    ),
+    (
+        "oauth without a stable identity claim",
+        {
+            "auth": {
+                "type": "generic-oauth",
+                "genericOAuth": {k: v for k, v in OAUTH.items() if k != "usernameClaim"},
+            }
+        },
+        "at '/auth/genericOAuth': missing property 'usernameClaim'",
+    ),
 ]
 
 
@@ -280,6 +323,17 @@ def test_bad_values_are_refused_by_name(
     proc = render(values=values, check=False)
     assert proc.returncode != 0, proc.stdout[:500]
     assert message in proc.stderr, proc.stderr
+
+
+def test_the_chart_has_no_default_password(render: Render, tmp_path: Path) -> None:
+    defaults = tmp_path / "defaults.yaml"
+    defaults.write_text("{}\n")
+    proc = render(defaults, check=False)
+    assert proc.returncode != 0, proc.stdout[:500]
+    assert (
+        "auth.dev.userPassword: the dev login has no default password; set one (8 characters "
+        "or more), or use auth.type generic-oauth with auth.genericOAuth" in proc.stderr
+    ), proc.stderr
 
 
 def test_chart_owned_keys_are_not_in_the_values() -> None:
@@ -432,7 +486,7 @@ def test_network_policies(render: Render) -> None:
 def notes(helm: Path, tmp_path: Path, values: dict[str, Any]) -> str:
     """What ``helm install`` prints after installing (NOTES.txt), without a cluster."""
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
+    path.write_text(yaml.safe_dump({**TRIAL, **values}))
     argv = [str(helm), "install", "av", str(CHART), "-n", "ml", "--dry-run=client", "-f", str(path)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -454,3 +508,69 @@ def test_the_install_notes_say_where_to_log_in_and_what_is_missing(
     assert "No teams yet" not in text
     empty = notes(helm, tmp_path, {})
     assert "No teams yet, so nobody can submit a job" in empty
+
+
+def test_the_users_address_over_tls_at_the_proxy_or_an_ingress(render: Render) -> None:
+    """``proxy.https``: the proxy serves HTTPS with the TLS Secret's certificate (JupyterHub
+    hands ``ssl_cert``/``ssl_key`` to it); ``ingress``: an Ingress of the admin's class in
+    front of the proxy's Service. The dev login on ClusterIP needs no permission."""
+    docs = render(
+        values={
+            "auth": {"dev": {"allowOnPublicAddress": False}},
+            "proxy": {
+                "type": "ClusterIP",
+                "port": 443,
+                "https": {"enabled": True, "secret": "hub-tls"},
+            },
+        }
+    )
+    hub = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "aviflow-hub"
+    )
+    pod = hub["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert c["command"][-2:] == [
+        "--JupyterHub.ssl_cert=/etc/aviflow/tls/tls.crt",
+        "--JupyterHub.ssl_key=/etc/aviflow/tls/tls.key",
+    ]
+    assert {"name": "tls", "mountPath": "/etc/aviflow/tls", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "tls", "secret": {"secretName": "hub-tls"}} in pod["volumes"]
+    [svc] = [
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-public")
+    ]
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "http"}]
+    assert not [d for d in docs if d["kind"] == "Ingress"]
+    docs = render(
+        values={
+            "auth": {"type": "generic-oauth", "genericOAuth": {**OAUTH, "allowedGroups": ["ml"]}},
+            "proxy": {"type": "ClusterIP"},
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+                "hosts": ["aviflow.example.com"],
+                "tls": [{"secretName": "aviflow-tls", "hosts": ["aviflow.example.com"]}],
+            },
+        }
+    )
+    [ingress] = [d for d in docs if d["kind"] == "Ingress"]
+    backend = {"service": {"name": "aviflow-proxy-public", "port": {"name": "http"}}}
+    assert ingress["spec"] == {
+        "ingressClassName": "nginx",
+        "rules": [
+            {
+                "host": "aviflow.example.com",
+                "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]},
+            }
+        ],
+        "tls": [{"secretName": "aviflow-tls", "hosts": ["aviflow.example.com"]}],
+    }
+    assert ingress["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    # the hub lets in the groups named (and the admins' groups), nobody else
+    settings = hub_settings(hub_config_of(docs), Path("/etc/aviflow/hub.yaml"), api_token="t" * 64)
+    oauth = settings["GenericOAuthenticator"]
+    assert (oauth["allowed_groups"], oauth["username_claim"], "allow_all" in oauth) == (
+        {"ml"},
+        "sub",
+        False,
+    )

@@ -34,6 +34,7 @@ from aviflow_pool import hostpath_storage, run_store_volume
 
 from aviflow.store import DATA_DIR, RunDir
 from aviflow_testcluster import RESTRICTED, Cluster, wait_for
+from aviflow_testcluster._certs import server_certificate
 
 from .conftest import CHART, EXAMPLES, Render
 
@@ -216,8 +217,11 @@ def test_install_upgrade_rollback_uninstall(
         repository, tag = ref.rsplit(":", 1)
         return {"repository": repository, "tag": tag}
 
-    def values(gpus: int, cpu: int) -> Path:
-        path = tmp_path / f"values-{gpus}.yaml"
+    def values(gpus: int, cpu: int, https: str | None = None) -> Path:
+        path = tmp_path / f"values-{gpus}-{https}.yaml"
+        proxy: dict[str, Any] = {"port": 8080}
+        if https:
+            proxy["https"] = {"enabled": True, "secret": https}
         profile = {
             "slug": "small",
             "displayName": f"Small ({cpu} CPU)",
@@ -234,7 +238,11 @@ def test_install_upgrade_rollback_uninstall(
                         "groups": {"vision": ["alice"], "nlp": ["bob"]},
                         "startTimeout": 600,
                     },
-                    "auth": {"type": "dev", "dev": {"userPassword": PASSWORD}},
+                    # a test cluster's load balancer: a loopback address of this machine
+                    "auth": {
+                        "type": "dev",
+                        "dev": {"userPassword": PASSWORD, "allowOnPublicAddress": True},
+                    },
                     "teams": [
                         {
                             "name": "vision",
@@ -251,7 +259,7 @@ def test_install_upgrade_rollback_uninstall(
                         "hub": image(hub_image["image"]),
                         "controller": image(trainer["image"]),
                     },
-                    "proxy": {"port": 8080},
+                    "proxy": proxy,
                     "state": {"storageClass": storage},
                     "runStore": {"existingClaim": "aviflow-runs"},
                 }
@@ -458,6 +466,37 @@ def test_install_upgrade_rollback_uninstall(
     history = helm_run(helm, cluster, home, "history", release, "-n", ns, "-o", "json")
     assert [h["revision"] for h in json.loads(history.stdout)] == [1, 2, 3]
 
+    step("TLS: the proxy serves HTTPS with the admin's certificate")
+    address = svc["status"]["loadBalancer"]["ingress"][0]["ip"]
+    ca, crt, key = server_certificate("hub", ips=(address,))
+    (tmp_path / "ca.pem").write_bytes(ca)
+    (tmp_path / "tls.crt").write_bytes(crt)
+    (tmp_path / "tls.key").write_bytes(key)
+    cluster.kubectl(
+        "create", "secret", "tls", "hub-tls", "-n", ns,
+        f"--cert={tmp_path / 'tls.crt'}", f"--key={tmp_path / 'tls.key'}",
+    )  # fmt: skip
+    done = helm_run(
+        helm, cluster, home, "upgrade", release, str(CHART), "-n", ns,
+        "-f", str(values(2, 1, https="hub-tls")), "--wait", "--timeout", "5m",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    secure = f"https://{address}:8080"
+    until(
+        cluster,
+        ns,
+        lambda: _answers(f"{secure}/hub/health", verify=str(tmp_path / "ca.pem")),
+        180,
+        "the hub answers over TLS, with the Secret's certificate",
+    )
+    r = requests.get(
+        f"{secure}/services/aviflow-api/api/v1/queues",
+        headers=alice.headers,
+        verify=str(tmp_path / "ca.pem"),
+        timeout=60,
+    )
+    assert r.status_code == 200, (r.status_code, r.text)  # her token, over TLS
+
     step("uninstall: what stays is the CRD (with the TrainJobs) and th")
     # uninstall: what stays is the CRD (with the TrainJobs) and the claims holding data (the
     # run store, the hub's database, aviflow-api's ledger, the user's home)
@@ -614,8 +653,8 @@ def spawn_page(url: str, user: str, password: str) -> list[str]:
     ]
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, verify: str | bool = True) -> bool:
     try:
-        return requests.get(url, timeout=5).status_code == 200
+        return requests.get(url, timeout=5, verify=verify).status_code == 200
     except requests.RequestException:
         return False

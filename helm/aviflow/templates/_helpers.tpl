@@ -12,6 +12,32 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ printf "%s:%s" .repository .tag }}
 {{- end }}
 
+{{/*
+Who may log in, and how the users' address is served: the dev login has no default password
+and stays off public addresses unless the admin says otherwise; genericOAuth names who may
+log in; https names its certificate.
+*/}}
+{{- define "aviflow.validateAccess" -}}
+{{- $public := or (ne .Values.proxy.type "ClusterIP") .Values.ingress.enabled -}}
+{{- if eq .Values.auth.type "dev" -}}
+{{- $dev := .Values.auth.dev | default dict -}}
+{{- if not $dev.userPassword -}}
+{{ fail "auth.dev.userPassword: the dev login has no default password; set one (8 characters or more), or use auth.type generic-oauth with auth.genericOAuth" }}
+{{- end -}}
+{{- if and $public (not $dev.allowOnPublicAddress) -}}
+{{ fail (printf "auth.type dev on a public address (proxy.type %s%s): anyone who knows its one password may log in as any user. Use auth.type generic-oauth, or proxy.type ClusterIP (kubectl port-forward), or set auth.dev.allowOnPublicAddress: true for a trial" .Values.proxy.type (ternary ", ingress.enabled" "" .Values.ingress.enabled)) }}
+{{- end -}}
+{{- else -}}
+{{- $oauth := .Values.auth.genericOAuth | default dict -}}
+{{- if not (or $oauth.allowedUsers $oauth.allowedGroups $oauth.adminGroups) -}}
+{{ fail "auth.genericOAuth: name who may log in with allowedGroups or allowedUsers (every account of the identity provider is not allowed)" }}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.proxy.https.enabled (not .Values.proxy.https.secret) -}}
+{{ fail "proxy.https.enabled needs proxy.https.secret: a kubernetes.io/tls Secret (tls.crt, tls.key) in the release's namespace" }}
+{{- end -}}
+{{- end }}
+
 {{/* A cluster-scoped name unique to this release: <release>-<name>. */}}
 {{- define "aviflow.clusterName" -}}
 {{ printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" }}
@@ -36,6 +62,7 @@ Mirrors HubConfig's own validators (hub/aviflow_hub/config.py), which the hub ru
 {{ fail (printf "teams[%s]: borrowingLimit and lendingLimit need a cohort" .name) }}
 {{- end -}}
 {{- end -}}
+{{- include "aviflow.validateAccess" . -}}
 {{- range .Values.profiles -}}
 {{- $slug := .slug -}}
 {{- range (.groups | default list) -}}

@@ -106,6 +106,16 @@ def _issue(
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
+def server_certificate(
+    cn: str, *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
+) -> tuple[bytes, bytes, bytes]:
+    """A CA of its own and a server certificate it issued: ``(ca_pem, cert_pem, key_pem)``
+    (a test's TLS Secret)."""
+    ca = _new_ca(f"{cn}-ca")
+    crt, key = _issue(ca, cn, dns=dns, ips=ips, server=True)
+    return ca.pem, crt, key
+
+
 def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
     path.write_bytes(data)
     path.chmod(mode)
