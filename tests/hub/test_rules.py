@@ -118,6 +118,46 @@ def test_unknown_keys_are_errors_with_suggestions() -> None:
     ]
 
 
+def test_oauth_names_who_may_log_in_and_by_which_claim() -> None:
+    provider = {
+        "clientId": "aviflow",
+        "clientSecret": "s",
+        "authorizeUrl": "https://sso/a",
+        "tokenUrl": "https://sso/t",
+        "userdataUrl": "https://sso/u",
+        "callbackUrl": "https://hub/hub/oauth_callback",
+    }
+
+    def problems(oauth: dict[str, object]) -> list[str]:
+        with pytest.raises(ConfigError) as err:
+            HubConfig.from_dict({"auth": {"type": "generic-oauth", "genericOAuth": oauth}})
+        return err.value.problems
+
+    assert problems({**provider, "allowedGroups": ["ml"]}) == [
+        "auth.genericOAuth.usernameClaim: required key is missing"
+    ]
+    [open_to_all] = problems({**provider, "usernameClaim": "sub"})
+    assert "name who may log in: allowedGroups or allowedUsers" in open_to_all, open_to_all
+    [no_groups] = problems(
+        {**provider, "usernameClaim": "sub", "allowedGroups": ["ml"], "groupsClaim": None}
+    )
+    assert "allowedGroups and adminGroups need groupsClaim" in no_groups, no_groups
+    cfg = HubConfig.from_dict(
+        {
+            "auth": {
+                "type": "generic-oauth",
+                "genericOAuth": {**provider, "usernameClaim": "sub", "allowedUsers": ["ada"]},
+            }
+        }
+    )
+    oauth = hub_settings(cfg, Path("/etc/hub.yaml"))["GenericOAuthenticator"]
+    assert (oauth["allowed_users"], oauth["username_claim"], "allow_all" in oauth) == (
+        {"ada"},
+        "sub",
+        False,
+    )
+
+
 def test_profiles_by_group_golden() -> None:
     small = {
         "display_name": "Small",
