@@ -60,7 +60,12 @@ def values(images: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "hub": {"groups": {"vision": ["alice"], "nlp": ["bob"]}, "admins": ["admin"]},
         "auth": {
             "type": "dev",
-            "dev": {"userPassword": PASSWORD, "adminPassword": ADMIN_PASSWORD},
+            # the test control plane's load balancer is a loopback address of this machine
+            "dev": {
+                "userPassword": PASSWORD,
+                "adminPassword": ADMIN_PASSWORD,
+                "allowOnPublicAddress": True,
+            },
         },
         "teams": [
             {
