@@ -187,13 +187,15 @@ class KubernetesBackend(StoreReads, Backend):
             return None
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
-        """The TrainJob, its Service and attempt 1's Job, with placeholders for what only
-        submission decides (the id, the TrainJob's uid)."""
+        """The TrainJob, its Service (and NetworkPolicy) and attempt 1's Job, with
+        placeholders for what only submission decides (the id, the TrainJob's uid)."""
         user = getpass.getuser()
         ref = m.JobRef(f"{job.slug}-<id>", "<uid>", slugify(user), None)
+        policy = [m.network_policy(ref, self.settings)] if self.settings.network_policy else []
         return [
             m.trainjob(job, ref, user, self.settings),
             m.service(ref, self.settings),
+            *policy,
             m.attempt_job(job, ref, 1, self.settings, deadline_seconds=job.spec.time_limit_seconds),
         ]
 

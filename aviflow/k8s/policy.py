@@ -14,7 +14,9 @@ the platform keeps for itself (``protectedClaims``: the run store holds every us
 keep off the node (no host network, PID or IPC namespace, no ``hostPath``, nothing
 privileged) and name a priority class only if its team's queue allows it
 (``priorityClasses.<queue>``: a Kueue ``WorkloadPriorityClass`` label or a pod's
-``priorityClassName``). The binding selects the jobs namespaces by name and **fails closed**:
+``priorityClassName``) and run only the images an admin allows (``allowedImages``: the
+trainer images' references; a TrainJob's ``spec.image`` may also give their names,
+``allowedImageNames``). The binding selects the jobs namespaces by name and **fails closed**:
 an object there is refused while the parameters are missing.
 
 A TrainJob also records who created it: one created by anyone but the exempt users must
@@ -46,6 +48,8 @@ EXEMPT_KEY = "exempt"
 # Keys no queue can have (a LocalQueue's name is lower case)
 CLAIMS_KEY = "protectedClaims"
 PRIORITY_KEY = "priorityClasses."
+IMAGES_KEY = "allowedImages"  # the references pods may run (the trainer images)
+IMAGE_NAMES_KEY = "allowedImageNames"  # and their names, which a TrainJob may give instead
 
 
 def queue_policy() -> dict[str, Any]:
@@ -93,6 +97,14 @@ def queue_policy() -> dict[str, Any]:
                     "expression": f"has(params.data) && '{CLAIMS_KEY}' in params.data ? "
                     f"params.data['{CLAIMS_KEY}'].split(',').filter(c, c != '') : []",
                 },
+                *(
+                    {
+                        "name": name,
+                        "expression": f"has(params.data) && '{key}' in params.data ? "
+                        f"params.data['{key}'].split(',').filter(c, c != '') : []",
+                    }
+                    for name, key in (("images", IMAGES_KEY), ("imageNames", IMAGE_NAMES_KEY))
+                ),
                 {
                     "name": "priorities",
                     "expression": f"has(params.data) && ('{PRIORITY_KEY}' + variables.queue) in "
@@ -123,6 +135,15 @@ def queue_policy() -> dict[str, Any]:
                     "reason": "Forbidden",
                 },
                 *_job_validations(),
+                {
+                    "expression": "object.kind != 'TrainJob' || variables.exempt || "
+                    "!has(object.spec.image) || object.spec.image in variables.images || "
+                    "object.spec.image in variables.imageNames",
+                    "messageExpression": "'image ' + object.spec.image + ' is not one of the "
+                    "trainer images an admin allows: ' + (variables.imageNames + "
+                    "variables.images).join(', ')",
+                    "reason": "Forbidden",
+                },
                 {
                     "expression": "object.kind != 'TrainJob' || variables.exempt || "
                     "(request.operation == 'CREATE' ? variables.owner == "
@@ -193,6 +214,16 @@ def _job_validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
+            "expression": allowed + "[has(variables.pod.initContainers) ? "
+            "variables.pod.initContainers : [], variables.pod.containers].all(cs, "
+            "cs.all(c, c.image in variables.images))",
+            "messageExpression": "'a Job here runs only the images an admin allows (' + "
+            "variables.images.join(', ') + '), not ' + [has(variables.pod.initContainers) ? "
+            "variables.pod.initContainers : [], variables.pod.containers].map(cs, cs.filter("
+            "c, !(c.image in variables.images)).map(c, c.image)).filter(l, l.size() > 0)[0][0]",
+            "reason": "Forbidden",
+        },
+        {
             "expression": allowed + "(variables.priority == '' || variables.priority in "
             "variables.priorities) && (!has(variables.pod.priorityClassName) || "
             "variables.pod.priorityClassName in variables.priorities)",
@@ -255,10 +286,14 @@ def queue_params(
     exempt: Iterable[str] = (),
     protected_claims: Iterable[str] = (),
     priority: Mapping[str, Iterable[str]] | None = None,
+    images: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The parameters: queue -> the groups that may use it, the exempt users, the claims no
-    user's Job may mount, and per queue the priority classes its Jobs may name."""
+    user's Job may mount, per queue the priority classes its Jobs may name, and the allowed
+    images (name -> reference: the trainer images)."""
     data = {queue: ",".join(sorted(set(groups))) for queue, groups in sorted(queues.items())}
+    data[IMAGES_KEY] = ",".join(sorted(set((images or {}).values())))
+    data[IMAGE_NAMES_KEY] = ",".join(sorted(set(images or {})))
     for reserved in (EXEMPT_KEY, CLAIMS_KEY):
         if reserved in data:
             raise ValueError(f"a queue may not be named {reserved!r}")

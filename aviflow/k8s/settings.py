@@ -21,7 +21,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from aviflow._model import StrictModel, explain, storable_problems
-from aviflow.errors import BackendError
+from aviflow.errors import BackendError, SpecError
 from aviflow.images import pick
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.records import TrainerImage
@@ -30,7 +30,6 @@ from aviflow.spec import IMAGE_REFERENCE, TrainJob
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-DEFAULT_IMAGE = "aviflow/trainer:latest"
 DEFAULT_TOLERATIONS: tuple[dict[str, str], ...] = (
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
 )
@@ -155,12 +154,13 @@ class ClusterSettings(StrictModel):
     namespace: str = "aviflow"
     image: str | None = Field(
         None,
-        description="The default trainer image: a name from `images` or a reference "
-        f"(default: the first of `images`, else {DEFAULT_IMAGE}).",
+        description="The default trainer image: a name from `images`, or the one reference "
+        "jobs may run in when `images` is empty (default: the first of `images`).",
     )
     images: list[ImageEntry] = Field(
         default_factory=list,
-        description="The trainer images `--image` may pick; when empty, any reference.",
+        description="The trainer images `--image` may pick, and the only images a trainer "
+        "pod may run (when empty: `image` alone).",
     )
     python: str = Field("python", description="The trainer image's Python.")
     run_as_user: int = Field(
@@ -225,9 +225,10 @@ class ClusterSettings(StrictModel):
 
     def trainer_images(self) -> list[TrainerImage]:
         """The images jobs may run in, the default first. Without a configured list: the
-        default image alone, its packages unknown."""
+        default image alone, its packages unknown; without that either, none (every job is
+        refused, naming the setting)."""
         if not self.images:
-            return [TrainerImage("default", self.image or DEFAULT_IMAGE)]
+            return [TrainerImage("default", self.image)] if self.image else []
         records = [i.record() for i in self.images]
         default = pick(records, self.image)
         return [default, *(r for r in records if r is not default)]
@@ -243,7 +244,7 @@ class ClusterSettings(StrictModel):
         against the list then; the list may change while the job lives), none is the
         default."""
         if wanted is None:
-            return self.trainer_images()[0].image
+            return self.resolve_image(None).image
         return next((i.image for i in self.images if i.name == wanted), wanted)
 
     def pin_image(self, job: TrainJob) -> tuple[TrainJob, TrainerImage]:
@@ -254,11 +255,15 @@ class ClusterSettings(StrictModel):
         return job.with_changes(image=image.image), image
 
     def resolve_image(self, wanted: str | None) -> TrainerImage:
-        """The image a job asking for ``wanted`` runs in (see :func:`aviflow.images.pick`);
-        without a configured list any reference is allowed, as it is."""
-        if wanted is not None and not self.images:
-            return TrainerImage("", wanted)
-        return pick(self.trainer_images(), wanted)
+        """The image a job asking for ``wanted`` runs in (see :func:`aviflow.images.pick`):
+        only a configured one, never any reference (a SpecError names the choices)."""
+        images = self.trainer_images()
+        if not images:
+            raise SpecError(
+                "spec.image: no trainer image is configured; an admin sets "
+                "api.kubernetes.images (or image)"
+            )
+        return pick(images, wanted)
 
     @field_validator("node_selector")
     @classmethod

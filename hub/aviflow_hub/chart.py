@@ -47,6 +47,12 @@ CHART_OWNED: dict[str, tuple[str, ...]] = {
 class Image(StrictModel):
     repository: str = Field(description="Registry and path, e.g. registry.example.com/aviflow/hub.")
     tag: str = Field(description="`make images` tags `<version>-<lock hash>`.")
+    digest: str | None = Field(
+        None,
+        description="sha256:... pins the image (`repository:tag@digest`): a moved tag "
+        "changes nothing.",
+        pattern=r"^sha256:[0-9a-f]{64}$",
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", alias="pullPolicy"
     )

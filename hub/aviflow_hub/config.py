@@ -101,6 +101,12 @@ class HubSection(StrictModel):
         alias="notebookArgs",
         description="Extra arguments for jupyterhub-singleuser.",
     )
+    notebook_image: str | None = Field(
+        None,
+        alias="notebookImage",
+        description="The notebook image of profiles that name none (as Zero-to-JupyterHub's "
+        "singleuser.image).",
+    )
     start_timeout: int = Field(
         300,
         alias="startTimeout",
@@ -283,7 +289,7 @@ class Profile(StrictModel):
     description: str = ""
     cpu: str | int = Field(description="CPU cores guaranteed and limited, e.g. 2 or '500m'.")
     memory: str = Field(description="Memory guaranteed and limited, e.g. '8Gi'.")
-    image: str
+    image: str | None = Field(None, description="Its notebook image (default: hub.notebookImage).")
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[dict[str, Any]] = Field(
         default_factory=list, description="Pod tolerations (Kubernetes form)."
@@ -416,6 +422,12 @@ class HubConfig(StrictModel):
         known = set(self.hub.groups)
         for team in self.teams:
             known.update(team.groups, team.admin_groups)
+        imageless = [p.slug for p in self.profiles if not p.image]
+        if imageless and not self.hub.notebook_image:
+            raise ValueError(
+                f"profile(s) {', '.join(imageless)} name no image: give each an image, or set "
+                "hub.notebookImage for all"
+            )
         for profile in self.profiles:
             unknown = sorted(set(profile.groups) - known)
             if unknown:

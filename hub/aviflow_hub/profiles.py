@@ -22,12 +22,13 @@ def profile_entry(profile: Profile) -> dict[str, Any]:
     Kubernetes suffixes such as ``8Gi``.
     """
     override: dict[str, Any] = {
-        "image": profile.image,
         "cpu_guarantee": _cores(profile.cpu),
         "cpu_limit": _cores(profile.cpu),
         "mem_guarantee": _bytes(profile.memory),
         "mem_limit": _bytes(profile.memory),
     }
+    if profile.image:  # else KubeSpawner's image: hub.notebookImage
+        override["image"] = profile.image
     if profile.node_selector:
         override["node_selector"] = dict(profile.node_selector)
     if profile.tolerations:

@@ -234,6 +234,8 @@ def spawner(
             **env,
             POD_IP_ENV: {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         }
+    if cfg.hub.notebook_image:
+        kube["image"] = cfg.hub.notebook_image
     if cfg.storage.storage_class:
         kube["storage_class"] = cfg.storage.storage_class
     if cfg.hub.namespace:

@@ -100,13 +100,17 @@ def test_cluster_settings_resolve_names_and_references() -> None:
     assert s.reference(None) == OLD["image"]
     with pytest.raises(SpecError, match="'elsewhere:1' is not a configured trainer image"):
         s.resolve_image("elsewhere:1")
-    # without a list: the default image, and any reference
+    # without a list: the default image alone, never any reference
+    one = ClusterSettings.from_dict({"image": "t:2"})
+    assert one.trainer_images() == [TrainerImage("default", "t:2")]
+    assert one.reference(None) == "t:2" and one.resolve_image("t:2").image == "t:2"
+    with pytest.raises(SpecError, match="'reg.example.com/mine:1' is not a configured trainer"):
+        one.resolve_image("reg.example.com/mine:1")
+    # nothing configured: no image at all, and the message says who sets it
     bare = ClusterSettings.from_dict({})
-    assert bare.trainer_images() == [TrainerImage("default", "aviflow/trainer:latest")]
-    assert bare.resolve_image("reg.example.com/mine:1") == TrainerImage(
-        "", "reg.example.com/mine:1"
-    )
-    assert ClusterSettings.from_dict({"image": "t:2"}).reference(None) == "t:2"
+    assert bare.trainer_images() == []
+    with pytest.raises(SpecError, match="no trainer image is configured; an admin sets api"):
+        bare.resolve_image(None)
 
 
 @pytest.mark.parametrize(

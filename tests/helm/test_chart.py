@@ -22,6 +22,7 @@ from aviflow.k8s import rbac
 from aviflow_hub.chart import CHART_OWNED, generated
 from aviflow_hub.config import CONFIG_ENV, HubConfig
 from aviflow_hub.kube_spawner import HUB_RULES
+from aviflow_hub.profiles import profile_entry
 from aviflow_hub.settings import API_TOKEN_ENV, external_service_environment, hub_settings
 
 from .conftest import CHART, EXAMPLES, TRIAL, Render
@@ -157,6 +158,9 @@ def test_teams_become_kueue_queues(render: Render) -> None:
         "prod": "prod-ml",
         "exempt": "system:serviceaccount:aviflow:aviflow-api,system:serviceaccount:aviflow:aviflow-controller",
         "protectedClaims": "aviflow-runs",
+        "allowedImages": "registry.example.com/aviflow/trainer:0.0.9-0123456789ab,"
+        "registry.example.com/aviflow/trainer:0.1.0-6045a7bbf179",
+        "allowedImageNames": "torch-2-14,torch-2-15",
         "priorityClasses.vision": "high,low",
         "priorityClasses.nlp": "",
         "priorityClasses.prod": "",
@@ -574,3 +578,36 @@ def test_the_users_address_over_tls_at_the_proxy_or_an_ingress(render: Render) -
         "sub",
         False,
     )
+
+
+def test_the_only_images_a_pod_may_run_are_the_admins(render: Render) -> None:
+    """Without a trainer image list, jobs run in the chart's own trainer image (pinned by
+    digest when the values give one), and the policy allows that image alone; notebook
+    profiles without an image get hub.notebookImage."""
+    digest = "sha256:" + "ab" * 32
+    docs = render(
+        values={
+            "images": {"controller": {"repository": "reg/trainer", "tag": "1", "digest": digest}}
+        }
+    )
+    settings = json.loads(
+        next(d for d in docs if d["metadata"]["name"] == "aviflow-controller" and
+             d["kind"] == "ConfigMap")["data"]["cluster.json"]
+    )  # fmt: skip
+    assert (settings["image"], settings["images"]) == (f"reg/trainer:1@{digest}", [])
+    params = next(d for d in docs if d["metadata"]["name"] == "aviflow-queues")["data"]
+    assert (params["allowedImages"], params["allowedImageNames"]) == (
+        f"reg/trainer:1@{digest}",
+        "default",
+    )
+    deploy = next(
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "aviflow-controller"
+    )
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == f"reg/trainer:1@{digest}"
+    cfg = hub_config_of(docs)
+    kube = hub_settings(cfg, Path("/etc/aviflow/hub.yaml"), api_token="t" * 64)["KubeSpawner"]
+    assert kube["image"] == "localhost/aviflow/notebook:0.1.0"
+    [small] = cfg.profiles
+    assert small.image is None and "image" not in profile_entry(small)["kubespawner_override"]

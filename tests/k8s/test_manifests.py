@@ -54,6 +54,7 @@ SETTINGS = ClusterSettings.from_dict(
 )
 DEFAULTS = ClusterSettings.from_dict(
     {
+        "image": "aviflow/trainer:0.1.0",
         "cpuPerGpu": 12,
         "memoryPerGpu": "96Gi",
         "topology": {"required": None, "preferred": "topology.aviflow.dev/rack"},
@@ -224,11 +225,26 @@ def test_cli_dry_run_prints_the_exact_manifests_and_submits_nothing(
     monkeypatch.setenv("AVIFLOW_K8S_CONFIG", str(settings))
     spec = tmp_path / "job.yaml"
     spec.write_text(BIG.to_yaml())
+    # no trainer image configured: refused, naming the setting
+    assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 2
+    assert "no trainer image is configured" in capsys.readouterr().err
+    settings.write_text(
+        yaml.safe_dump(
+            {
+                "namespace": "ml-jobs",
+                "image": "reg.example.com/trainer:1",
+                "runs": {"localPath": str(tmp_path / "runs")},
+            }
+        )
+    )
     assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in docs] == ["TrainJob", "Service", "Job"]
+    assert [d["kind"] for d in docs] == ["TrainJob", "Service", "NetworkPolicy", "Job"]
     assert {d["metadata"]["namespace"] for d in docs} == {"ml-jobs"}
-    assert docs[2]["spec"]["activeDeadlineSeconds"] == 4 * 3600
+    assert docs[3]["spec"]["activeDeadlineSeconds"] == 4 * 3600
+    assert docs[3]["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "reg.example.com/trainer:1"
+    )
     assert not (tmp_path / "runs").exists()
 
 

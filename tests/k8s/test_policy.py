@@ -95,6 +95,7 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
         {"queue-a": ["team-a"], "queue-b": ["team-b", "admins"]},
         protected_claims=["runs"],
         priority={"queue-b": ["high"]},
+        images={"trainer": "x"},
     )
     docs = [queue_policy(), queue_binding([ns]), params, *rbac]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
@@ -236,6 +237,22 @@ def hostile_jobs_are_refused(cluster: Any, ns: str, as_dave: Any) -> None:
         "critical": (
             kueue_job("critical", "queue-b", priorityClassName="system-cluster-critical"),
             "queue queue-b allows the priority classes high, not system-cluster-critical",
+        ),
+        "other-image": (
+            kueue_job(
+                "other-image",
+                "queue-b",
+                initContainers=[{"name": "i", "image": "x", "command": ["true"]}],
+                containers=[{"name": "c", "image": "evil:1", "command": ["true"]}],
+            ),
+            "a Job here runs only the images an admin allows (x), not evil:1",
+        ),
+        "other-trainer": (
+            {
+                **trainjob("other-trainer", "queue-b"),
+                "spec": {"queue": "queue-b", "command": ["true"], "image": "evil:1"},
+            },
+            "image evil:1 is not one of the trainer images an admin allows: trainer, x",
         ),
     }
     for name, (body, message) in refusals.items():

@@ -9,7 +9,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* "repository:tag" of an images.* entry. */}}
 {{- define "aviflow.image" -}}
-{{ printf "%s:%s" .repository .tag }}
+{{ printf "%s:%s" .repository .tag }}{{ with .digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/*
@@ -89,6 +89,10 @@ the same.
 {{- $_ := set $settings "runs" (dict "claimName" (include "aviflow.runsClaim" .) "mountPath" "/aviflow/runs" "localPath" "/aviflow/runs") -}}
 {{- if not (hasKey $settings "gpuResource") }}{{ $_ := set $settings "gpuResource" .Values.kueue.gpuResource }}{{ end -}}
 {{- $_ := set $settings "networkPolicy" .Values.networkPolicy -}}
+{{- /* no trainer images listed: jobs run in the chart's own trainer image (the controller's) */ -}}
+{{- if and (not $settings.images) (not $settings.image) -}}
+{{- $_ := set $settings "image" (include "aviflow.image" .Values.images.controller) -}}
+{{- end -}}
 {{- toJson $settings -}}
 {{- end }}
 
