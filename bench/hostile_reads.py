@@ -11,7 +11,9 @@ ones whose metrics file differs ten times in size, all in one temporary run stor
 1. a rank log's last 200 lines (the job page, the sidebar's first log view);
 2. the first metrics read from cursor 0, and reading to the end by cursor (bounded reads:
    the first costs at most 8 MiB; the whole file is read once, in 8 MiB reads);
-3. the first job view snapshot (``SnapshotReader``: status, metrics, ranks, checkpoints).
+3. the first job view snapshot (``SnapshotReader``: status, metrics, ranks, checkpoints);
+4. what the controller reads of the job on each reconcile (heartbeats, rank beats, stacks:
+   2 GB each in the hostile jobs; the metrics file's time).
 
 Target: the hostile job ten times larger costs what the smaller one does (ratio <= 1.5):
 every read is bounded (a log by its tail, metrics by 8 MiB a read), whatever the job wrote.
@@ -69,11 +71,30 @@ def hostile(run: RunDir, rows: int) -> None:
         f.truncate(2 << 30)
         f.seek(0, os.SEEK_END)
         f.write(b"".join(f"line {i}\n".encode() for i in range(1000)))
+    # what the controller reads on each reconcile: heartbeats and stacks of 2 GB (sparse)
+    for path in (run.heartbeat_path(0), run.rank_heartbeat_path(1, 0), run.stack_path(1, 0)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(2 << 30)
     with open(run.metrics_path, "wb") as f:
         f.write(b"x" * (64 << 20) + b"\n")  # one 64 MB line first
         batch = 10_000
         for start in range(0, rows, batch):
             f.write(b"".join(metric_line(s) for s in range(start, min(rows, start + batch))))
+
+
+def controller_reads(run: RunDir) -> object:
+    """What the controller reads of a job's data on one reconcile (its node heartbeats, the
+    hang watch's rank beats, metrics file time and stacks; failure tails come from the API
+    server's pod logs, bounded by tailLines). A hostile job's files must not make the
+    reconcile of its own job, or the shared workers' next job, slower."""
+    return (
+        run.heartbeat(0),
+        run.rank_beats(1, 2),
+        run.metrics_path.stat().st_mtime,
+        run.stacks(1, 2),
+        run.hang(1),
+    )
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -115,6 +136,7 @@ def main() -> int:
             "log tail 200 lines": lambda run: backend.log(run.id, 0, tail=200),
             "first metrics read": lambda run: run.metrics(0),
             "first job view": lambda run: SnapshotReaders().read(backend, run.id),
+            "controller's reads": controller_reads,
         }
         print(
             f"{'read':<20} {'normal':>9} {'hostile':>9} {'hostile x10':>12} {'x10 / hostile':>14}"
