@@ -104,7 +104,7 @@ def test_cluster_settings_resolve_names_and_references() -> None:
     one = ClusterSettings.from_dict({"image": "t:2"})
     assert one.trainer_images() == [TrainerImage("default", "t:2")]
     assert one.reference(None) == "t:2" and one.resolve_image("t:2").image == "t:2"
-    with pytest.raises(SpecError, match="'reg.example.com/mine:1' is not a configured trainer"):
+    with pytest.raises(SpecError, match=r"'reg\.example\.com/mine:1' is not a configured trainer"):
         one.resolve_image("reg.example.com/mine:1")
     # nothing configured: no image at all, and the message says who sets it
     bare = ClusterSettings.from_dict({})
