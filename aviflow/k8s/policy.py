@@ -111,11 +111,7 @@ def queue_policy() -> dict[str, Any]:
                     f"params.data ? params.data['{PRIORITY_KEY}' + variables.queue].split(',')"
                     ".filter(c, c != '') : []",
                 },
-                {
-                    "name": "priority",
-                    "expression": f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in "
-                    f"object.metadata.labels ? object.metadata.labels['{PRIORITY_LABEL}'] : ''",
-                },
+                {"name": "priority", "expression": _priority("object")},
                 {
                     "name": "member",
                     "expression": "has(params.data) && variables.queue in params.data && "
@@ -137,7 +133,8 @@ def queue_policy() -> dict[str, Any]:
                 *_job_validations(),
                 {
                     "expression": "object.kind != 'TrainJob' || variables.exempt || "
-                    "!has(object.spec.image) || object.spec.image in variables.images || "
+                    "request.operation != 'CREATE' || !has(object.spec.image) || "
+                    "object.spec.image in variables.images || "
                     "object.spec.image in variables.imageNames",
                     "messageExpression": "'image ' + object.spec.image + ' is not one of the "
                     "trainer images an admin allows: ' + (variables.imageNames + "
@@ -172,8 +169,11 @@ def queue_policy() -> dict[str, Any]:
 
 
 def _job_validations() -> list[dict[str, str]]:
-    """What a Job (not the controller's or aviflow-api's) must be in a jobs namespace."""
-    allowed = "!variables.job || variables.exempt || "
+    """What a Job (not the controller's or aviflow-api's) must be in a jobs namespace, checked
+    when it is created: its pod template cannot change after that, save the scheduling
+    directives Kueue writes while it is suspended (an update by Kueue, by anyone, passes); a
+    priority label may not change to one the queue does not allow."""
+    allowed = "!variables.job || variables.exempt || request.operation != 'CREATE' || "
     return [
         {
             "expression": allowed + "variables.queue != ''",
@@ -224,7 +224,9 @@ def _job_validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
-            "expression": allowed + "(variables.priority == '' || variables.priority in "
+            "expression": "!variables.job || variables.exempt || (request.operation != 'CREATE'"
+            f" && variables.priority == ({_priority('oldObject')})) || "
+            "(variables.priority == '' || variables.priority in "
             "variables.priorities) && (!has(variables.pod.priorityClassName) || "
             "variables.pod.priorityClassName in variables.priorities)",
             "messageExpression": "'queue ' + variables.queue + ' allows ' + "
@@ -242,6 +244,14 @@ def _queue(obj: str) -> str:
         f"{obj}.kind == 'TrainJob' ? ({obj}.spec.queue) : "
         f"(has({obj}.metadata.labels) && '{QUEUE_LABEL}' in {obj}.metadata.labels ? "
         f"{obj}.metadata.labels['{QUEUE_LABEL}'] : '')"
+    )
+
+
+def _priority(obj: str) -> str:
+    """CEL: the Kueue priority class a Job ``obj`` names by label, '' for none."""
+    return (
+        f"has({obj}.metadata.labels) && '{PRIORITY_LABEL}' in {obj}.metadata.labels ? "
+        f"{obj}.metadata.labels['{PRIORITY_LABEL}'] : ''"
     )
 
 

@@ -93,6 +93,7 @@ def test_a_user_cannot_put_a_job_into_another_teams_queue(
     params = queue_params(
         ns,
         {"queue-a": ["team-a"], "queue-b": ["team-b", "admins"]},
+        exempt=[f"system:serviceaccount:{ns}:controller"],
         protected_claims=["runs"],
         priority={"queue-b": ["high"]},
         images={"trainer": "x"},
@@ -264,6 +265,25 @@ def hostile_jobs_are_refused(cluster: Any, ns: str, as_dave: Any) -> None:
         input=json.dumps(fine), check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # a Job of the controller's (exempt) mounts the run store; Kueue, or anyone, may update
+    # it after (its pod template cannot change), but not give it a priority its queue lacks
+    platform = kueue_job(
+        "platform", "queue-b",
+        volumes=[{"name": "r", "persistentVolumeClaim": {"claimName": "runs"}}],
+    )  # fmt: skip
+    made = cluster.kubectl(
+        "create", "-n", ns, f"--as=system:serviceaccount:{ns}:controller", "--as-group=team-b",
+        "-f", "-", input=json.dumps(platform), check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    for label, ok in (("scheduled=yes", True), ("kueue.x-k8s.io/priority-class=urgent", False)):
+        done = cluster.kubectl(
+            "label", "job", "platform", label, "-n", ns, "--as=dave", "--as-group=team-b",
+            check=False,
+        )  # fmt: skip
+        assert (done.returncode == 0) is ok, (label, done.stderr)
+    assert "queue queue-b allows the priority classes high, not urgent" in done.stderr
+    cluster.kubectl("delete", "job", "platform", "-n", ns)
     # another namespace is not governed: no Aviflow queues there
     other = cluster.create_namespace()
     done = cluster.kubectl(
