@@ -534,10 +534,10 @@ def test_the_users_address_over_tls_at_the_proxy_or_an_ingress(render: Render) -
     pod = hub["spec"]["template"]["spec"]
     [c] = pod["containers"]
     assert c["command"][-2:] == [
-        "--JupyterHub.ssl_cert=/etc/aviflow/tls/tls.crt",
-        "--JupyterHub.ssl_key=/etc/aviflow/tls/tls.key",
+        "--JupyterHub.ssl_cert=/etc/aviflow-tls/tls.crt",
+        "--JupyterHub.ssl_key=/etc/aviflow-tls/tls.key",
     ]
-    assert {"name": "tls", "mountPath": "/etc/aviflow/tls", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "tls", "mountPath": "/etc/aviflow-tls", "readOnly": True} in c["volumeMounts"]
     assert {"name": "tls", "secret": {"secretName": "hub-tls"}} in pod["volumes"]
     [svc] = [
         d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-public")

@@ -74,6 +74,7 @@ def explain(cluster: Cluster, ns: str) -> str:
     out = []
     for args in (
         ("logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=60"),
+        ("logs", "-n", ns, "-l", "app.kubernetes.io/component=hub", "--tail=40"),
         ("get", "trainjobs,workloads,pods,jobs", "-n", ns, "-o", "wide"),
         ("get", "trainjobs", "-n", ns, "-o", "jsonpath={.items[*].status}"),
     ):
@@ -322,6 +323,10 @@ def test_install_upgrade_rollback_uninstall(
     )
     assert lines["queue"] == "vision", out
     holder, job_id = lines["holds-quota"], lines["from-notebook"]
+    # a hostile job from the same notebook (1 GPU): it runs once the second has finished
+    hostile_id = submit_hostile(url, alice)
+    hostile_run = RunDir(runs / "alice" / hostile_id)
+    control = hostile_run.spec_path.read_bytes(), hostile_run.meta_path.read_bytes()
     until(cluster, ns, lambda: alice.api(f"jobs/{holder}")["state"] == "RUNNING", 300, "it runs")
     until(
         cluster,
@@ -410,7 +415,7 @@ def test_install_upgrade_rollback_uninstall(
     assert alice.api(f"jobs/{holder}")["state"] == "RUNNING"
 
     step("a hostile job from her notebook: what its code writes steers nothing")
-    hostile_job = hostile_from_notebook(cluster, ns, url, alice, runs)
+    hostile_job = hostile_steers_nothing(cluster, ns, url, alice, hostile_run, control)
 
     r = requests.post(
         f"{url}/services/aviflow-api/api/v1/jobs/{holder}/cancel",
@@ -584,23 +589,29 @@ raise RuntimeError("hostile job ends")
 """
 
 
-def hostile_from_notebook(
-    cluster: Cluster, ns: str, url: str, alice: User, runs: Path
-) -> dict[str, Any]:
-    """The hostile job, submitted from alice's notebook (1 GPU, no restarts): it fails with its
-    own error after one attempt in her queue; its spec and meta are byte for byte what
-    aviflow-api wrote; aviflow-api refuses its linked log (400, naming the link), and its job
-    page shows the planted HTML as text under a strict Content-Security-Policy."""
+def submit_hostile(url: str, alice: User) -> str:
+    """Alice's notebook submits the hostile job (1 GPU, no restarts); its id."""
     cell = (
+        "%load_ext aviflow\n"  # a kernel of its own
         "get_ipython().run_cell_magic('aviflow_train', "
         f"'--nodes 1 --gpus-per-node 1 --name hostile --out bad', {HOSTILE!r})\n"
         "print('hostile', bad.id)\n"
     )
     out, error = run_in_kernel(f"{url}/user/alice/", alice.token, cell, timeout=300)
     assert error is None, (error, out)
-    job_id = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)["hostile"]
-    run = RunDir(runs / "alice" / job_id)
-    spec, meta = run.spec_path.read_bytes(), run.meta_path.read_bytes()
+    ids = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert "hostile" in ids, out
+    return ids["hostile"]
+
+
+def hostile_steers_nothing(
+    cluster: Cluster, ns: str, url: str, alice: User, run: RunDir, control: tuple[bytes, bytes]
+) -> dict[str, Any]:
+    """The hostile job fails with its own error after one attempt in her queue; its spec and
+    meta are byte for byte what aviflow-api wrote (``control``); aviflow-api refuses its
+    linked log (400, naming the link), and its job page shows the planted HTML as text under
+    a strict Content-Security-Policy."""
+    job_id = run.path.name
     until(
         cluster,
         ns,
@@ -609,7 +620,7 @@ def hostile_from_notebook(
         "the hostile job fails",
     )
     job = alice.api(f"jobs/{job_id}")
-    assert (run.spec_path.read_bytes(), run.meta_path.read_bytes()) == (spec, meta)
+    assert (run.spec_path.read_bytes(), run.meta_path.read_bytes()) == control
     assert (job["spec"]["spec"]["queue"], job["spec"]["spec"]["maxRestarts"]) == ("vision", 0)
     assert (job["failure"]["exception"], job["failure"]["message"]) == (
         "RuntimeError",
@@ -628,7 +639,7 @@ def hostile_from_notebook(
     page = requests.get(f"{api}jobs/{job_id}", headers=alice.headers, timeout=60)
     assert page.status_code == 200, page.text[:2000]
     assert "<img" not in page.text.lower(), page.text[:4000]
-    assert 'data-metric="&lt;img src=x onerror=alert(1)&gt;"' in page.text, page.text[:4000]
+    assert "data-metric='&lt;img src=x onerror=alert(1)&gt;'" in page.text, page.text[:4000]
     assert alice.api(f"jobs/{job_id}/checkpoints")["checkpoints"] == []  # the marker is skipped
     csp = page.headers["Content-Security-Policy"]
     assert "script-src 'none'" in csp or "default-src 'none'" in csp, csp
@@ -656,5 +667,6 @@ def spawn_page(url: str, user: str, password: str) -> list[str]:
 def _answers(url: str, verify: str | bool = True) -> bool:
     try:
         return requests.get(url, timeout=5, verify=verify).status_code == 200
-    except requests.RequestException:
+    except requests.RequestException as exc:
+        print(f"{url}: {exc}", file=sys.stderr)  # the last one is in a failure's report
         return False
