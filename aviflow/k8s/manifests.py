@@ -231,6 +231,8 @@ def attempt_job(
             "readOnly": True,
         },
         {"name": "shm", "mountPath": "/dev/shm"},
+        # the root file system is read-only: temporary files and $HOME's caches go here
+        *({"name": f"scratch-{i}", "mountPath": path} for i, path in enumerate(settings.scratch)),
     ]
     if resume_subpath:
         mounts.append(
@@ -290,6 +292,7 @@ def attempt_job(
                         "securityContext": {
                             "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]},
+                            "readOnlyRootFilesystem": True,
                         },
                     }
                 ],
@@ -302,6 +305,10 @@ def attempt_job(
                         "name": "shm",
                         "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size},
                     },
+                    *(
+                        {"name": f"scratch-{i}", "emptyDir": {}}
+                        for i in range(len(settings.scratch))
+                    ),
                 ],
             },
         },

@@ -183,6 +183,11 @@ class ClusterSettings(StrictModel):
         None, alias="memoryPerGpu", description="Memory request per GPU when a spec gives none."
     )
     shm_size: str = Field("64Gi", alias="shmSize", description="Size of /dev/shm (in memory).")
+    scratch: list[str] = Field(
+        default_factory=lambda: ["/tmp", "/home/aviflow"],
+        description="The writable directories of trainer pods, each an emptyDir (their root "
+        "file system is read-only): temporary files and $HOME's caches (torch, Hugging Face).",
+    )
     topology: Topology = Field(default_factory=Topology)
     termination_grace_seconds: int = Field(30, alias="terminationGraceSeconds", ge=0, le=3600)
     priority_class: str | None = Field(
@@ -264,6 +269,16 @@ class ClusterSettings(StrictModel):
                 "api.kubernetes.images (or image)"
             )
         return pick(images, wanted)
+
+    @field_validator("scratch")
+    @classmethod
+    def _scratch(cls, v: list[str]) -> list[str]:
+        for path in v:
+            if not path.startswith("/") or path.rstrip("/") in ("", "/dev/shm") or ".." in path:
+                raise ValueError(f"{path!r} is not an absolute directory for scratch")
+        if len(set(v)) != len(v):
+            raise ValueError("a scratch directory is named twice")
+        return v
 
     @field_validator("node_selector")
     @classmethod

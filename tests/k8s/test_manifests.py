@@ -106,6 +106,17 @@ def test_the_attempt_job_is_one_gang_of_gpu_pods_with_its_own_store_directory() 
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
     assert (spec["backoffLimit"], spec["suspend"], spec["activeDeadlineSeconds"]) == (0, True, 5400)
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    # Pod Security `restricted`, and a read-only root: /tmp and $HOME are emptyDirs
+    assert trainer["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    scratch = {v["name"] for v in pod["volumes"] if v.get("emptyDir") == {}}
+    assert sorted(
+        (mt["mountPath"], mt["name"]) for mt in trainer["volumeMounts"] if mt["name"] in scratch
+    ) == [("/home/aviflow", "scratch-1"), ("/tmp", "scratch-0")]
     assert trainer["resources"]["limits"] == {
         "nvidia.com/gpu": "8",
         "cpu": "96",
@@ -188,6 +199,8 @@ def test_bad_settings_are_refused_with_the_key() -> None:
         ClusterSettings.from_dict({"topology": {"preferred": "topology.aviflow.dev/rack"}})
     with pytest.raises(BackendError, match="must be an absolute path"):
         ClusterSettings.from_dict({"runs": {"mountPath": "runs"}})
+    with pytest.raises(BackendError, match="is not an absolute directory for scratch"):
+        ClusterSettings.from_dict({"scratch": ["/dev/shm"]})
 
 
 @pytest.mark.cluster
