@@ -125,17 +125,23 @@ def trainjob(job: TrainJob, ref: JobRef, user: str, settings: ClusterSettings) -
     }
 
 
+def _job_object_meta(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
+    """The metadata of the objects that live as long as the job (its Service and its
+    NetworkPolicy, both named ``avf-<id>``): owned by its TrainJob."""
+    return {
+        "name": service_name(ref.id),
+        "namespace": settings.namespace,
+        "labels": {**MANAGED_BY, **labels(ref)},
+        "ownerReferences": [owner_reference(ref)],
+    }
+
+
 def service(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
     """The headless Service that gives the job's pods their DNS names."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": service_name(ref.id),
-            "namespace": settings.namespace,
-            "labels": {**MANAGED_BY, **labels(ref)},
-            "ownerReferences": [owner_reference(ref)],
-        },
+        "metadata": _job_object_meta(ref, settings),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -171,12 +177,7 @@ def network_policy(ref: JobRef, settings: ClusterSettings) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {
-            "name": service_name(ref.id),
-            "namespace": settings.namespace,
-            "labels": {**MANAGED_BY, **labels(ref)},
-            "ownerReferences": [owner_reference(ref)],
-        },
+        "metadata": _job_object_meta(ref, settings),
         "spec": {
             "podSelector": {"matchLabels": {LABEL_JOB: ref.id}},
             "policyTypes": ["Ingress", "Egress"],

@@ -92,25 +92,15 @@ def queue_policy() -> dict[str, Any]:
                 {"name": "owner", "expression": _owner("object")},
                 {"name": "job", "expression": "object.kind == 'Job'"},
                 {"name": "pod", "expression": "object.spec.template.spec"},
-                {
-                    "name": "protected",
-                    "expression": f"has(params.data) && '{CLAIMS_KEY}' in params.data ? "
-                    f"params.data['{CLAIMS_KEY}'].split(',').filter(c, c != '') : []",
-                },
                 *(
-                    {
-                        "name": name,
-                        "expression": f"has(params.data) && '{key}' in params.data ? "
-                        f"params.data['{key}'].split(',').filter(c, c != '') : []",
-                    }
-                    for name, key in (("images", IMAGES_KEY), ("imageNames", IMAGE_NAMES_KEY))
+                    {"name": name, "expression": _param_list(key)}
+                    for name, key in (
+                        ("protected", f"'{CLAIMS_KEY}'"),
+                        ("images", f"'{IMAGES_KEY}'"),
+                        ("imageNames", f"'{IMAGE_NAMES_KEY}'"),
+                        ("priorities", f"('{PRIORITY_KEY}' + variables.queue)"),
+                    )
                 ),
-                {
-                    "name": "priorities",
-                    "expression": f"has(params.data) && ('{PRIORITY_KEY}' + variables.queue) in "
-                    f"params.data ? params.data['{PRIORITY_KEY}' + variables.queue].split(',')"
-                    ".filter(c, c != '') : []",
-                },
                 {"name": "priority", "expression": _priority("object")},
                 {
                     "name": "member",
@@ -247,6 +237,14 @@ def _queue(obj: str) -> str:
     )
 
 
+def _param_list(key: str) -> str:
+    """CEL: the comma-separated list under the parameter ``key`` (a CEL string), [] without it."""
+    return (
+        f"has(params.data) && {key} in params.data ? "
+        f"params.data[{key}].split(',').filter(c, c != '') : []"
+    )
+
+
 def _priority(obj: str) -> str:
     """CEL: the Kueue priority class a Job ``obj`` names by label, '' for none."""
     return (
@@ -301,14 +299,13 @@ def queue_params(
     """The parameters: queue -> the groups that may use it, the exempt users, the claims no
     user's Job may mount, per queue the priority classes its Jobs may name, and the allowed
     images (name -> reference: the trainer images)."""
+    if EXEMPT_KEY in queues:  # the other keys are not lower case: no queue's name
+        raise ValueError(f"a queue may not be named {EXEMPT_KEY!r}")
     data = {queue: ",".join(sorted(set(groups))) for queue, groups in sorted(queues.items())}
-    data[IMAGES_KEY] = ",".join(sorted(set((images or {}).values())))
-    data[IMAGE_NAMES_KEY] = ",".join(sorted(set(images or {})))
-    for reserved in (EXEMPT_KEY, CLAIMS_KEY):
-        if reserved in data:
-            raise ValueError(f"a queue may not be named {reserved!r}")
     data[EXEMPT_KEY] = ",".join(sorted(set(exempt)))
     data[CLAIMS_KEY] = ",".join(sorted(set(protected_claims)))
+    data[IMAGES_KEY] = ",".join(sorted(set((images or {}).values())))
+    data[IMAGE_NAMES_KEY] = ",".join(sorted(set(images or {})))
     for queue, classes in sorted((priority or {}).items()):
         data[PRIORITY_KEY + queue] = ",".join(sorted(set(classes)))
     return {

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from aviflow._model import StrictModel
 from aviflow.names import DNS1123_LABEL
@@ -144,12 +144,6 @@ class ProxyService(StrictModel):
         default_factory=dict, description="E.g. a cloud load balancer's settings."
     )
     https: ProxyHttps = Field(default_factory=lambda: ProxyHttps())
-
-    @model_validator(mode="after")
-    def _secret(self) -> ProxyService:
-        if self.https.enabled and not self.https.secret:
-            raise ValueError("proxy.https.enabled needs proxy.https.secret (a TLS Secret)")
-        return self
 
 
 class IngressTls(StrictModel):

@@ -172,8 +172,7 @@ def authenticator(cfg: HubConfig) -> dict[str, dict[str, Any]]:
 
 
 NOTEBOOK_UID = 1000
-NOTEBOOK_SECURITY_CONTEXT: dict[str, Any] = {
-    "runAsUser": NOTEBOOK_UID,
+NOTEBOOK_SECURITY_CONTEXT: dict[str, Any] = {  # runAsUser: KubeSpawner's uid
     "runAsNonRoot": True,
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
