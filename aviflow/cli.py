@@ -94,8 +94,10 @@ def _progress_printer() -> Callable[[Job, JobStatus], None]:
 
 
 def cmd_submit(ns: argparse.Namespace) -> int:
+    spec, spec_dir = api.load_spec(ns.file)
+    if ns.secret:
+        spec = spec.with_changes(secrets=list(dict.fromkeys([*spec.spec.secrets, *ns.secret])))
     if ns.dry_run:
-        spec, _ = api.load_spec(ns.file)
         rendered = _backend(ns).render(spec)
         if rendered is None:
             print("aviflow: this backend cannot show what it would create", file=sys.stderr)
@@ -104,7 +106,7 @@ def cmd_submit(ns: argparse.Namespace) -> int:
 
         print(yaml.safe_dump_all(rendered, sort_keys=False), end="")
         return 0
-    job = api.submit(ns.file, backend=_backend(ns))
+    job = api.submit(spec, backend=_backend(ns), base_dir=spec_dir)
     print(job.id, flush=True)
     if not ns.wait:
         return 0
@@ -256,6 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--wait", action="store_true", help="follow the job until it finishes")
     p.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds")
+    p.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Secret of the team's namespace whose keys become the ranks' environment "
+        "(spec.secrets; Kubernetes), repeatable",
+    )
     p.add_argument(
         "--dry-run",
         action="store_true",

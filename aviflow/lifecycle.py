@@ -123,6 +123,17 @@ class Hung:
 
 
 @dataclass(frozen=True)
+class CannotStart:
+    """A pod of the starting ``attempt`` cannot start until someone acts (a Secret named in
+    ``spec.secrets`` that is not there, an image reference the node refuses): it is
+    stopped as a failure with the kubelet's reason, then restarted or failed."""
+
+    time: float
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class Evicted:
     """The running attempt lost its admission; ``preempted``: to another workload.
     ``time`` is when its GPUs were released; ``admitted_seconds``: how long the queue says
@@ -153,7 +164,16 @@ class Tick:
 
 
 Observation = (
-    Admitted | NodesUp | NodeExited | Hung | AttemptEnded | CancelRequested | Evicted | Lost | Tick
+    Admitted
+    | NodesUp
+    | NodeExited
+    | Hung
+    | CannotStart
+    | AttemptEnded
+    | CancelRequested
+    | Evicted
+    | Lost
+    | Tick
 )
 
 
@@ -256,6 +276,8 @@ class Lifecycle:
                 return self._stop(_Why.FAILURE, f"node {obs.node} exited with {obs.code}")
             case Hung() if obs.attempt == self.attempt and self.state.is_active():
                 return self._stop(_Why.FAILURE, f"hung: {obs.reason}")
+            case CannotStart() if obs.attempt == self.attempt and self.state.is_active():
+                return self._stop(_Why.FAILURE, f"cannot start: {obs.reason}")
             case AttemptEnded() if obs.attempt == self.attempt and self.state.is_active():
                 return self._ended(obs)
             case CancelRequested():

@@ -38,6 +38,8 @@ Q = TypeVar("Q", bound=int | str | None)
 MAX_SCRIPT_BYTES = 1 << 20
 MAX_TIME_LIMIT = 30 * 86400
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_SECRETS: Final = 16
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a DNS-1123 subdomain
 # Variables the runtime sets itself; a spec may not override them.
 RESERVED_ENV = frozenset(
     {
@@ -275,6 +277,16 @@ class TrainJobSpec(StrictModel):
         alias="resumeFrom",
         description="Start from this checkpoint of another job when the job has none of its own.",
     )
+    secrets: list[str] = Field(
+        default_factory=list,
+        description="Kubernetes Secrets of the job's team namespace, by name: each key becomes "
+        "an environment variable of every rank (the runtime's own variables win). Only the "
+        "names pass through Aviflow; the values never do.",
+        json_schema_extra=_schema(
+            maxItems=MAX_SECRETS,
+            items={"type": "string", "pattern": _SECRET_NAME.pattern, "maxLength": 253},
+        ),
+    )
 
     @field_validator("nodes")
     @classmethod
@@ -342,6 +354,22 @@ class TrainJobSpec(StrictModel):
                 )
             if len(v) > 4096 or any("\x00" in a for a in v):
                 raise ValueError("has more than 4096 arguments or a NUL byte")
+        return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: list[str]) -> list[str]:
+        if len(v) > MAX_SECRETS:
+            raise ValueError(f"at most {MAX_SECRETS} secrets are allowed")
+        for name in v:
+            if len(name) > 253 or not _SECRET_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a Secret's name; use lowercase letters, digits, '-' "
+                    "and '.' (at most 253)"
+                )
+        twice = sorted({n for n in v if v.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once")
         return v
 
     @field_validator("env")

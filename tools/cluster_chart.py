@@ -2,7 +2,7 @@
 built images (``make cluster-up`` and ``make images`` first).
 
 What a provisioner and a registry would give a real cluster, this gives the test cluster:
-hostPath volumes under ``.cluster/volumes`` (a ReadWriteMany run store, and a storage class
+hostPath volumes under ``.cluster/volumes`` (the run store's directory, and a storage class
 ``aviflow-state`` with volumes for the hub's database, aviflow-api's ledger and users' homes)
 and the images from ``images/.build``. Then ``helm upgrade --install aviflow helm/aviflow``
 in namespace ``aviflow`` with ``.cluster/values.yaml`` (written once: teams ``vision`` and
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests" / d) for d in ("cluster", "k8s", "images")]
 
 from aviflow_images import trainer_images_entry  # noqa: E402
-from aviflow_pool import hostpath_storage, run_store_volume  # noqa: E402
+from aviflow_pool import hostpath_storage  # noqa: E402
 
 from aviflow_testcluster import Cluster, _build  # noqa: E402
 
@@ -92,21 +92,20 @@ def values(images: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "api": {"kubernetes": {"images": [trainer_images_entry(trainer)]}},
         "images": {"hub": image(images["hub"]["image"]), "controller": image(trainer["image"])},
         "state": {"storageClass": STATE_CLASS},
-        "runStore": {"existingClaim": "aviflow-runs"},
+        # the chart binds a volume on it to a claim in its namespace and in each team's
+        "runStore": {"volume": {"hostPath": {"path": str(ROOT / ".cluster" / "volumes" / "runs")}}},
+        "kubectlAccess": {"enabled": True},
     }
 
 
 def storage(volumes: Path) -> list[dict[str, Any]]:
-    """The run store and the state volumes, as a provisioner would make them (owned by the
-    images' uid 1000)."""
+    """The run store's directory (the chart makes its volumes) and the state volumes, as a
+    provisioner would make them (owned by the images' uid 1000)."""
     runs = volumes / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     os.chown(runs, 1000, 1000)
     state = [volumes / f"state-{i}" for i in range(STATE_VOLUMES)]
-    return [
-        *hostpath_storage(STATE_CLASS, state),
-        *run_store_volume(NAMESPACE, str(runs), f"{NAMESPACE}-runs"),
-    ]
+    return hostpath_storage(STATE_CLASS, state)
 
 
 def main() -> int:
@@ -165,7 +164,8 @@ def main() -> int:
         f"http://{ip}/services/aviflow-api/report)\n"
         f"values: {path} (edit, then `make cluster-chart` again to upgrade)\n"
         f"export KUBECONFIG={cluster.kubeconfig}\n"
-        f"{kubectl} get pods,trainjobs,workloads -n {NAMESPACE}"
+        f"{kubectl} get pods,trainjobs,workloads -n {RELEASE}-vision   # team vision's jobs\n"
+        f"{kubectl} get pods -n {RELEASE}-notebooks   # users' notebooks"
     )
     return 0
 

@@ -87,7 +87,8 @@ class KubernetesBackend(StoreReads, Backend):
         from kubernetes.client.exceptions import ApiException
 
         owner = owner or Owner(getpass.getuser())
-        job, image = self.settings.pin_image(job)
+        settings = self.settings.for_queue(job.spec.queue)  # the queue's team's namespace
+        job, image = settings.pin_image(job)
         custom = self._custom()
         run = self.store.create(
             job,
@@ -96,16 +97,14 @@ class KubernetesBackend(StoreReads, Backend):
             team=owner.team,
             backend=self.name,
             code_hash=bundle.content_hash,
-            origin={**bundle.origin, "namespace": self.settings.namespace},
+            origin={**bundle.origin, "namespace": settings.namespace},
             image=image,
             owner_ids=self.settings.pod_ids(),
         )
         ref = m.JobRef(run.id, "", run.path.parent.name, owner.team)
-        body = m.trainjob(job, ref, owner.user, self.settings)
+        body = m.trainjob(job, ref, owner.user, settings)
         try:
-            custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.settings.namespace, PLURAL, body
-            )
+            custom.create_namespaced_custom_object(GROUP, VERSION, settings.namespace, PLURAL, body)
         except ApiException as exc:
             self.store.remove(run.id)
             raise BackendError(
@@ -127,10 +126,10 @@ class KubernetesBackend(StoreReads, Backend):
             return False
         who = by or getpass.getuser()
         patch = {"metadata": {"annotations": {m.ANNOTATION_CANCEL: f"cancelled by {who}"}}}
+        recorded = run.meta().origin.get("namespace")  # where submit (or adoption) found it
+        ns = recorded if isinstance(recorded, str) and recorded else self.settings.namespace
         try:
-            self._custom().patch_namespaced_custom_object(
-                GROUP, VERSION, self.settings.namespace, PLURAL, job_id, patch
-            )
+            self._custom().patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_id, patch)
         except ApiException as exc:
             if exc.status != 404:
                 raise BackendError(f"cancel of {job_id}: {_reason(exc)}") from None
@@ -149,19 +148,28 @@ class KubernetesBackend(StoreReads, Backend):
         return self.settings.trainer_images()
 
     def queues(self) -> list[QueueQuota]:
-        """Every LocalQueue of the namespace with its ClusterQueue's GPU quota and use, and
-        the Aviflow jobs waiting in it in Kueue's order (its visibility API)."""
+        """Every LocalQueue of the jobs' namespaces (with ``queueNamespaces``, the teams'
+        queues only) with its ClusterQueue's GPU quota and use, and the Aviflow jobs waiting
+        in it in Kueue's order (its visibility API)."""
         from kubernetes.client.exceptions import ApiException
 
-        custom, ns = self._custom(), self.settings.namespace
-        try:
-            local_queues = custom.list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues"
-            )["items"]
-        except ApiException as exc:
-            raise BackendError(f"cannot read Kueue's LocalQueues in {ns}: {_reason(exc)}") from None
+        custom, teams = self._custom(), self.settings.queue_namespaces
+        local_queues = []
+        for ns in self.settings.job_namespaces():
+            try:
+                found = custom.list_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues"
+                )["items"]
+            except ApiException as exc:
+                raise BackendError(
+                    f"cannot read Kueue's LocalQueues in {ns}: {_reason(exc)}"
+                ) from None
+            local_queues += [
+                q for q in found if not teams or teams.get(q["metadata"]["name"]) == ns
+            ]
         out = []
         for lq in sorted(local_queues, key=lambda q: q["metadata"]["name"]):
+            ns = lq["metadata"]["namespace"]
             try:
                 cq = custom.get_cluster_custom_object(
                     KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
@@ -189,14 +197,14 @@ class KubernetesBackend(StoreReads, Backend):
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """The TrainJob, its Service (and NetworkPolicy) and attempt 1's Job, with
         placeholders for what only submission decides (the id, the TrainJob's uid)."""
-        user = getpass.getuser()
+        user, settings = getpass.getuser(), self.settings.for_queue(job.spec.queue)
         ref = m.JobRef(f"{job.slug}-<id>", "<uid>", slugify(user), None)
-        policy = [m.network_policy(ref, self.settings)] if self.settings.network_policy else []
+        policy = [m.network_policy(ref, settings)] if settings.network_policy else []
         return [
-            m.trainjob(job, ref, user, self.settings),
-            m.service(ref, self.settings),
+            m.trainjob(job, ref, user, settings),
+            m.service(ref, settings),
             *policy,
-            m.attempt_job(job, ref, 1, self.settings, deadline_seconds=job.spec.time_limit_seconds),
+            m.attempt_job(job, ref, 1, settings, deadline_seconds=job.spec.time_limit_seconds),
         ]
 
 

@@ -136,6 +136,12 @@ class LocalBackend(StoreReads, Backend):
 
     def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
         owner = owner or Owner(getpass.getuser())
+        if job.spec.secrets:
+            raise BackendError(
+                f"spec.secrets ({', '.join(job.spec.secrets)}) are Kubernetes Secrets of the "
+                "team's namespace; this local backend has none: set the variables in --env, "
+                "or submit to the cluster"
+            )
         image = pick(self.images(), job.spec.image)
         need = job.spec.total_gpus
         if need > self.capacity:

@@ -125,8 +125,9 @@ def spec_schema() -> dict[str, Any]:
     raw = TrainJobSpec.model_json_schema(by_alias=True)
     out = structural(raw, raw.get("$defs", {}))
     for name, field in TrainJobSpec.model_fields.items():
-        if field.default_factory is not None:  # {} so the API server fills in nested defaults
-            out["properties"][field.alias or name]["default"] = {}
+        prop = out["properties"][field.alias or name]
+        if field.default_factory is not None and prop.get("type") == "object":
+            prop["default"] = {}  # so the API server fills in nested defaults
     out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", []), IMMUTABLE_SPEC]
     return out
 

@@ -287,6 +287,12 @@ def attempt_job(
                             {"name": k, "value": v}
                             for k, v in sorted(node.to_env(node_rank=False).items())
                         ],
+                        # the team's Secrets by name: the kubelet reads them, never Aviflow
+                        **(
+                            {"envFrom": [{"secretRef": {"name": n}} for n in spec.secrets]}
+                            if spec.secrets
+                            else {}
+                        ),
                         "ports": [{"name": "rendezvous", "containerPort": node.main_port}],
                         "resources": _resources(job, settings),
                         "volumeMounts": mounts,

@@ -45,6 +45,23 @@ API_RULES = [
     _rule([VISIBILITY], ["localqueues/pendingworkloads"], ["get"]),
 ]
 API_CLUSTER_RULES = [_rule([KUEUE], ["clusterqueues"], ["get", "list"])]
+# A team member with kubectl, in the team's namespace (the chart's kubectlAccess): TrainJobs
+# (create, read, annotate to cancel), their pods' logs, the queue and its Workloads, and the
+# team's Secrets. The queue
+# policy holds every TrainJob to the team's queue and records its creator.
+MEMBER_RULES = [
+    _rule([GROUP], [PLURAL], [*READ, "create", "patch"]),
+    _rule([""], ["pods"], READ),
+    _rule([""], ["pods/log"], ["get"]),
+    _rule([""], ["events"], READ),
+    _rule([KUEUE], ["localqueues", "workloads"], READ),
+    _rule([VISIBILITY], ["localqueues/pendingworkloads"], ["get"]),
+    # the team's Secrets, which its jobs name in spec.secrets (a model hub token, a key)
+    _rule([""], ["secrets"], ["get", "list", "create", "update", "patch", "delete"]),
+]
+# ...and, where the admin allows plain Kueue Jobs (kubectlAccess.jobs), Jobs, which the queue
+# policy holds to the team's queue, the default service account and off the node.
+MEMBER_JOB_RULES = [_rule(["batch"], ["jobs"], [*READ, "create", "delete"])]
 
 
 def identities(namespace: str, sa_namespace: str | None = None) -> list[dict[str, Any]]:

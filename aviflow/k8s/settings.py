@@ -151,7 +151,15 @@ class EgressRule(StrictModel):
 class ClusterSettings(StrictModel):
     """How TrainJobs become pods; see the module docstring."""
 
-    namespace: str = "aviflow"
+    namespace: str = Field(
+        "aviflow", description="The jobs' namespace, unless `queueNamespaces` names them."
+    )
+    queue_namespaces: dict[str, str] = Field(
+        default_factory=dict,
+        alias="queueNamespaces",
+        description="Each team's queue and the namespace of its LocalQueue, where its jobs "
+        "run (one namespace per team). When set, the only queues jobs may use.",
+    )
     image: str | None = Field(
         None,
         description="The default trainer image: a name from `images`, or the one reference "
@@ -211,6 +219,46 @@ class ClusterSettings(StrictModel):
         if not is_dns1123_label(v):
             raise ValueError(f"{v!r} is not a namespace name ({DNS1123_LABEL.pattern})")
         return v
+
+    @field_validator("queue_namespaces")
+    @classmethod
+    def _queue_namespaces(cls, v: dict[str, str]) -> dict[str, str]:
+        for queue, ns in v.items():
+            if not is_dns1123_label(queue):
+                raise ValueError(f"{queue!r} is not a queue name ({DNS1123_LABEL.pattern})")
+            if not is_dns1123_label(ns):
+                raise ValueError(f"{queue}: {ns!r} is not a namespace name")
+        return v
+
+    def job_namespaces(self) -> list[str]:
+        """Every namespace jobs run in (the controller watches each)."""
+        return sorted(set(self.queue_namespaces.values())) or [self.namespace]
+
+    def in_namespace(self, namespace: str) -> ClusterSettings:
+        """These settings for the jobs of ``namespace`` (the builders place objects there)."""
+        return (
+            self
+            if namespace == self.namespace
+            else self.model_copy(update={"namespace": namespace})
+        )
+
+    def for_queue(self, queue: str) -> ClusterSettings:
+        """These settings for a job of ``queue``: its team's namespace. A queue no team has
+        is refused, naming those there are.
+
+        >>> s = ClusterSettings.from_dict({"queueNamespaces": {"vision": "team-vision"}})
+        >>> s.for_queue("vision").namespace
+        'team-vision'
+        """
+        if not self.queue_namespaces:
+            return self
+        ns = self.queue_namespaces.get(queue)
+        if ns is None:
+            raise SpecError(
+                f"queue {queue!r} is no team's queue; use one of "
+                f"{', '.join(sorted(self.queue_namespaces))}"
+            )
+        return self.in_namespace(ns)
 
     @model_validator(mode="after")
     def _catalogue(self) -> ClusterSettings:

@@ -108,7 +108,13 @@ class Binder:
             if job.spec.accelerate.config_file is not None:
                 raise SpecError("spec.accelerate.configFile needs `aviflow submit` too")
             bundle = build_bundle(job, base_dir=Path("/nonexistent"))
-            job, image = self.settings.pin_image(job)
+            settings = self.settings.for_queue(job.spec.queue)
+            if settings.namespace != meta["namespace"]:  # its LocalQueue is not here
+                raise SpecError(
+                    f"queue {job.spec.queue!r} is team namespace {settings.namespace}'s, "
+                    f"not {meta['namespace']}'s"
+                )
+            job, image = settings.pin_image(job)
         except AviflowError as exc:
             self.refuse(cr, str(exc))
             return None

@@ -77,8 +77,63 @@ def _owner_jobs(obj: Obj) -> list[str]:
     return [name] if name else []
 
 
+def _key(namespace: str, name: str) -> str:
+    """A TrainJob's key in the work queue."""
+    return f"{namespace}/{name}"
+
+
+class _Cell:
+    """The informers of one jobs' namespace (TrainJobs, their Jobs, pods and Workloads)
+    and the settings the builders place objects there with."""
+
+    def __init__(self, ns: str, settings: ClusterSettings, ctl: Controller, resync: float) -> None:
+        self.ns, self.settings = ns, settings
+        selector = m.LABEL_JOB
+        self.trainjobs = Informer(
+            f"trainjobs/{ns}",
+            ctl.custom.list_namespaced_custom_object,
+            ctl._on_trainjob,
+            resync=resync,
+            group=GROUP,
+            version=VERSION,
+            namespace=ns,
+            plural=PLURAL,
+        )
+        self.jobs = Informer(
+            f"jobs/{ns}",
+            ctl.batch.list_namespaced_job,
+            ctl._on_child,
+            resync=resync,
+            index=_job_label,
+            namespace=ns,
+            label_selector=selector,
+        )
+        self.pods = Informer(
+            f"pods/{ns}",
+            ctl.core.list_namespaced_pod,
+            ctl._on_child,
+            resync=resync,
+            index=_job_label,
+            namespace=ns,
+            label_selector=selector,
+        )
+        self.workloads = Informer(
+            f"workloads/{ns}",
+            ctl.custom.list_namespaced_custom_object,
+            ctl._on_workload,
+            resync=resync,
+            index=_owner_jobs,
+            group="kueue.x-k8s.io",
+            version="v1beta2",
+            namespace=ns,
+            plural="workloads",
+        )
+        self.informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
+
+
 class Controller:
-    """Reconciles the TrainJobs of ``settings.namespace`` (see the module docstring)."""
+    """Reconciles the TrainJobs of every jobs' namespace of ``settings`` (see the module
+    docstring): one :class:`_Cell` of informers each, one work queue."""
 
     def __init__(
         self,
@@ -92,7 +147,6 @@ class Controller:
         resync: float = 30.0,
     ) -> None:
         self.api, self.settings, self.store = api, settings, store
-        self.ns = settings.namespace
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.net = client.NetworkingV1Api(api)
@@ -101,52 +155,16 @@ class Controller:
         self.tick, self.queued_tick, self.workers = tick, queued_tick, workers
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        selector = m.LABEL_JOB
-        self.trainjobs = Informer(
-            "trainjobs",
-            self.custom.list_namespaced_custom_object,
-            self._on_trainjob,
-            resync=resync,
-            group=GROUP,
-            version=VERSION,
-            namespace=self.ns,
-            plural=PLURAL,
-        )
-        self.jobs = Informer(
-            "jobs",
-            self.batch.list_namespaced_job,
-            self._on_child,
-            resync=resync,
-            index=_job_label,
-            namespace=self.ns,
-            label_selector=selector,
-        )
-        self.pods = Informer(
-            "pods",
-            self.core.list_namespaced_pod,
-            self._on_child,
-            resync=resync,
-            index=_job_label,
-            namespace=self.ns,
-            label_selector=selector,
-        )
-        self.workloads = Informer(
-            "workloads",
-            self.custom.list_namespaced_custom_object,
-            self._on_workload,
-            resync=resync,
-            index=_owner_jobs,
-            group="kueue.x-k8s.io",
-            version="v1beta2",
-            namespace=self.ns,
-            plural="workloads",
-        )
-        self._informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
+        self.cells = {
+            ns: _Cell(ns, settings.in_namespace(ns), self, resync)
+            for ns in settings.job_namespaces()
+        }
+        self._informers = [i for cell in self.cells.values() for i in cell.informers]
         self._deleted: dict[str, Obj] = {}
         self.binder = Binder(store, self._refuse, self.settings, self._team_of)
         self._positions_lock = threading.Lock()
-        self._position_cache: dict[str, tuple[float, dict[str, int]]] = {}
-        self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob -> what a reconcile acts on
+        self._position_cache: dict[tuple[str, str], tuple[float, dict[str, int]]] = {}
+        self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
         self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
 
     # -- running ---------------------------------------------------------------------------------
@@ -164,7 +182,7 @@ class Controller:
         ticker = threading.Thread(target=self._tick_loop, name="ticker", daemon=True)
         ticker.start()
         self._threads.append(ticker)
-        log.info("aviflow controller: watching TrainJobs in %s", self.ns)
+        log.info("aviflow controller: watching TrainJobs in %s", ", ".join(self.cells))
 
     def stop(self) -> None:
         self._stop.set()
@@ -182,57 +200,60 @@ class Controller:
             queued = time.monotonic() - last_queued >= self.queued_tick
             if queued:
                 last_queued = time.monotonic()
-            for obj in self.trainjobs.items():
+            for obj in (o for c in self.cells.values() for o in c.trainjobs.items()):
                 state = (obj.get("status") or {}).get("state")
                 if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
                     continue
                 if queued or state not in ("QUEUED", None):
-                    self.queue.put(obj["metadata"]["name"])
+                    self.queue.put(_key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
     def _work(self) -> None:
         while True:
-            job_id = self.queue.take()
-            if job_id is None:
+            key = self.queue.take()
+            if key is None:
                 return
             try:
-                self.reconcile(job_id)
+                self.reconcile(key)
             except Exception:  # one job's trouble never stops the others; retried on tick
-                log.exception("reconcile of %s failed", job_id)
+                log.exception("reconcile of %s failed", key)
             finally:
-                self.queue.done(job_id)
+                self.queue.done(key)
 
     # -- informer callbacks ----------------------------------------------------------------------
     def _on_trainjob(self, obj: Obj) -> None:
         """Queue the job unless only its status changed (our own patch coming back)."""
         meta = obj["metadata"]
-        name = meta["name"]
+        key = _key(meta["namespace"], meta["name"])
         if obj.get("deleted"):
-            self._deleted[name] = obj
-            self._seen.pop(name, None)
+            self._deleted[key] = obj
+            self._seen.pop(key, None)
             self._written.pop(meta.get("uid", ""), None)
-            self.queue.put(name)
+            self.queue.put(key)
             return
         cancel = (meta.get("annotations") or {}).get(m.ANNOTATION_CANCEL)
         seen = (meta.get("uid"), meta.get("generation"), cancel, meta.get("deletionTimestamp"))
-        if self._seen.get(name) != seen:
-            self._seen[name] = seen
-            self.queue.put(name)
+        if self._seen.get(key) != seen:
+            self._seen[key] = seen
+            self.queue.put(key)
 
     def _on_child(self, obj: Obj) -> None:
         for job_id in _job_label(obj):
-            self.queue.put(job_id)
+            self.queue.put(_key(obj["metadata"]["namespace"], job_id))
 
     def _on_workload(self, obj: Obj) -> None:
         name = owner_job(obj)
         if name and "-a" in name:
-            self.queue.put(name.rsplit("-a", 1)[0])
+            self.queue.put(_key(obj["metadata"]["namespace"], name.rsplit("-a", 1)[0]))
         # others' queue positions move too: the ticker reconciles queued jobs every queued_tick
 
     # -- one job ---------------------------------------------------------------------------------
-    def reconcile(self, job_id: str) -> None:
-        cr = self.trainjobs.get(self.ns, job_id)
+    def reconcile(self, key: str) -> None:
+        """Reconcile one TrainJob (its key: ``namespace/name``)."""
+        ns, _, job_id = key.partition("/")
+        cell = self.cells[ns]
+        cr = cell.trainjobs.get(cell.ns, job_id)
         if cr is None:
-            gone = self._deleted.pop(job_id, None)
+            gone = self._deleted.pop(key, None)
             if gone is not None:
                 self._record_deleted(gone)
             return
@@ -263,7 +284,7 @@ class Controller:
         if cancel is not None:
             feed(CancelRequested(now, cancel or "cancelled"))
         feed(Tick(now))
-        snap = self._snapshot(job_id, job, run)
+        snap = self._snapshot(cell, job_id, job, run)
         if lc.state is JobState.RUNNING:
             running = next(e.time for e in reversed(lc.events) if e.type is EventType.RUNNING)
             spec = job.spec
@@ -276,7 +297,8 @@ class Controller:
         for _ in range(MAX_STEPS):
             obs = next_observation(lc, snap, now)
             if isinstance(obs, AttemptEnded) and not all(c == 0 for c in obs.codes.values()):
-                obs = AttemptEnded(obs.time, obs.attempt, obs.codes, self._failure(run, job, obs))
+                failure = self._failure(cell, run, job, obs)
+                obs = AttemptEnded(obs.time, obs.attempt, obs.codes, failure)
             before = len(lc.events), lc.stopping
             feed(obs)
             if obs is None or (len(lc.events), lc.stopping) == before:
@@ -286,11 +308,11 @@ class Controller:
                 run.append_event(ev)
             self._cross_check(job_id, lc.events, events)
         for action in actions:
-            self._carry_out(action, job, ref, lc, run, snap)
+            self._carry_out(cell, action, job, ref, lc, run, snap)
         if lc.state is JobState.QUEUED:
-            self._ensure_attempt(job, ref, lc, run)  # level: the next attempt's Job exists
+            self._ensure_attempt(cell, job, ref, lc, run)  # level: the next attempt's Job exists
         if lc.state.is_finished() and lc.state is JobState.CANCELLED:
-            self._delete_children(job_id)
+            self._delete_children(cell, job_id)
         self._write_status(cr, run, lc, snap, job_id)
 
     @staticmethod
@@ -307,17 +329,17 @@ class Controller:
                 )  # fmt: skip
 
     # -- reads -----------------------------------------------------------------------------------
-    def _snapshot(self, job_id: str, job: TrainJob, run: RunDir) -> Snapshot:
+    def _snapshot(self, cell: _Cell, job_id: str, job: TrainJob, run: RunDir) -> Snapshot:
         jobs: dict[int, AttemptJob] = {}
         names: dict[str, int] = {}
-        for obj in self.jobs.by(job_id):
+        for obj in cell.jobs.by(job_id):
             view = AttemptJob.of(obj)
             jobs[view.attempt] = view
             names[obj["metadata"]["name"]] = view.attempt
-        pods = tuple(PodView.of(p) for p in self.pods.by(job_id))
+        pods = tuple(PodView.of(p) for p in cell.pods.by(job_id))
         workloads: dict[int, WorkloadView] = {}
         for name, attempt in names.items():
-            for wl in self.workloads.by(name):
+            for wl in cell.workloads.by(name):
                 workloads[attempt] = WorkloadView.of(wl, attempt, self.settings.gpu_resource)
         beats = {}
         for node in range(job.spec.nodes):
@@ -326,27 +348,27 @@ class Controller:
                 beats[node] = beat
         return Snapshot(job.spec.nodes, jobs, pods, workloads, beats)
 
-    def _failure(self, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
+    def _failure(self, cell: _Cell, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
         hung = run.hang(obs.attempt)
         if hung is not None:
             return hung
         world, per_node = job.spec.total_gpus, job.spec.gpus_per_node
         records = [r for r in run.failures(obs.attempt) if r.rank is None or 0 <= r.rank < world]
-        node_logs = {n: self._pod_log(run.id, obs.attempt, n) for n in obs.codes}
+        node_logs = {n: self._pod_log(cell, run.id, obs.attempt, n) for n in obs.codes}
         # a rank's tail is its pod's log through the API server, never a file the job wrote
         # (which it could have made a symlink to a secret of ours)
         ranks = {r.rank for r in records if r.rank is not None}
         tails = {r: node_logs.get(r // per_node, "") for r in ranks}
         return attribute(records, node_logs, obs.codes, per_node, tails)
 
-    def _pod_log(self, job_id: str, attempt: int, index: int) -> str:
-        for pod in self.pods.by(job_id):
+    def _pod_log(self, cell: _Cell, job_id: str, attempt: int, index: int) -> str:
+        for pod in cell.pods.by(job_id):
             view = PodView.of(pod)
             if (view.attempt, view.index) == (attempt, index):
                 try:
                     text = self.core.read_namespaced_pod_log(
                         pod["metadata"]["name"],
-                        self.ns,
+                        cell.ns,
                         tail_lines=NODE_LOG_LINES,
                         _request_timeout=API_TIMEOUT,
                     )
@@ -358,6 +380,7 @@ class Controller:
     # -- writes ----------------------------------------------------------------------------------
     def _carry_out(
         self,
+        cell: _Cell,
         action: Action,
         job: TrainJob,
         ref: m.JobRef,
@@ -367,21 +390,23 @@ class Controller:
     ) -> None:
         if isinstance(action, StartAttempt):
             if not lc.state.is_finished():
-                self._ensure_attempt(job, ref, lc, run)
+                self._ensure_attempt(cell, job, ref, lc, run)
         elif isinstance(action, StopAttempt):
             view = snap.jobs.get(action.attempt)
             failing = any(p.exit_code not in (None, 0) for p in snap.pods_of(action.attempt))
             if view is not None and not view.finished and not failing:
                 # a failing pod makes the Job controller stop the rest (podFailurePolicy)
-                self._delete_job(m.attempt_name(ref.id, action.attempt))
+                self._delete_job(cell.ns, m.attempt_name(ref.id, action.attempt))
 
-    def _ensure_attempt(self, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir) -> None:
-        attempt = lc.attempt + 1
-        if self.jobs.get(self.ns, m.attempt_name(ref.id, attempt)) is not None:
+    def _ensure_attempt(
+        self, cell: _Cell, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir
+    ) -> None:
+        attempt, settings = lc.attempt + 1, cell.settings
+        if cell.jobs.get(cell.ns, m.attempt_name(ref.id, attempt)) is not None:
             return
-        self._create(self.core.create_namespaced_service, m.service(ref, self.settings))
-        if self.settings.network_policy:
-            policy = m.network_policy(ref, self.settings)
+        self._create(self.core.create_namespaced_service, m.service(ref, settings))
+        if settings.network_policy:
+            policy = m.network_policy(ref, settings)
             self._create(self.net.create_namespaced_network_policy, policy)
         deadline = None
         if job.spec.time_limit_seconds is not None:
@@ -391,7 +416,7 @@ class Controller:
             job,
             ref,
             attempt,
-            self.settings,
+            settings,
             deadline_seconds=deadline,
             resume_subpath=self._resume_subpath(job, run),
         )
@@ -406,30 +431,30 @@ class Controller:
 
     def _create(self, call: Any, body: dict[str, Any]) -> None:
         try:
-            call(self.ns, body, _request_timeout=API_TIMEOUT)
+            call(body["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status != 409:  # already there: a reconcile before us made it
                 raise
 
-    def _delete_job(self, name: str) -> None:
+    def _delete_job(self, ns: str, name: str) -> None:
         try:
             self.batch.delete_namespaced_job(
-                name, self.ns, propagation_policy="Background", _request_timeout=API_TIMEOUT
+                name, ns, propagation_policy="Background", _request_timeout=API_TIMEOUT
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
-    def _delete_children(self, job_id: str) -> None:
-        for obj in self.jobs.by(job_id):
+    def _delete_children(self, cell: _Cell, job_id: str) -> None:
+        for obj in cell.jobs.by(job_id):
             if not obj["metadata"].get("deletionTimestamp"):
-                self._delete_job(obj["metadata"]["name"])
+                self._delete_job(cell.ns, obj["metadata"]["name"])
         deletes: list[Callable[..., object]] = [self.core.delete_namespaced_service]
         if self.settings.network_policy:
             deletes.append(self.net.delete_namespaced_network_policy)
         for delete in deletes:
             try:
-                delete(m.service_name(job_id), self.ns, _request_timeout=API_TIMEOUT)
+                delete(m.service_name(job_id), cell.ns, _request_timeout=API_TIMEOUT)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -437,11 +462,11 @@ class Controller:
     def _write_status(
         self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str
     ) -> None:
-        position, message = None, None
+        ns, position, message = cr["metadata"]["namespace"], None, None
         if lc.state is JobState.QUEUED:
             wl = snap.workloads.get(lc.attempt + 1)  # the snapshot found it already
             if wl is not None:
-                position = self._positions(wl.queue).get(wl.name)
+                position = self._positions(ns, wl.queue).get(wl.name)
                 if wl.pending:
                     message = f"waiting for admission: {wl.pending}"
         status = lc.status(position, message)
@@ -454,7 +479,7 @@ class Controller:
                 self.custom.patch_namespaced_custom_object_status(
                     GROUP,
                     VERSION,
-                    self.ns,
+                    ns,
                     PLURAL,
                     job_id,
                     {"status": wire},
@@ -465,16 +490,16 @@ class Controller:
                 if exc.status != 404:
                     raise
 
-    def _positions(self, queue: str) -> dict[str, int]:
+    def _positions(self, ns: str, queue: str) -> dict[str, int]:
         """1-based positions of the LocalQueue's pending workloads, from Kueue's visibility
         API (read at most once a second per queue), else derived from the Workloads."""
         now = time.monotonic()
         with self._positions_lock:
-            cached = self._position_cache.get(queue)
+            cached = self._position_cache.get((ns, queue))
             if cached is not None and now - cached[0] < POSITIONS_TTL:
                 return cached[1]
         try:
-            pending = pending_workloads(self.api, self.ns, queue) if queue else None
+            pending = pending_workloads(self.api, ns, queue) if queue else None
         except Exception as exc:  # the visibility API is down: Kueue's order from Workloads
             log.warning("queue positions of %s from Kueue's visibility API: %r", queue, exc)
             pending = None
@@ -483,10 +508,10 @@ class Controller:
                 i["metadata"]["name"]: int(i.get("positionInLocalQueue", 0)) + 1 for i in pending
             }
         else:
-            derived = queue_positions(self.workloads.items())
+            derived = queue_positions(self.cells[ns].workloads.items())
             found = {name: pos for (_, name), pos in derived.items()}
         with self._positions_lock:
-            self._position_cache[queue] = (now, found)
+            self._position_cache[(ns, queue)] = (now, found)
         return found
 
     def _record_deleted(self, cr: Obj) -> None:
@@ -527,7 +552,7 @@ class Controller:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
-                self.ns,
+                cr["metadata"]["namespace"],
                 PLURAL,
                 cr["metadata"]["name"],
                 {"status": status.to_dict()},

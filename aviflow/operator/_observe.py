@@ -17,6 +17,7 @@ from aviflow.k8s.manifests import LABEL_ATTEMPT, RULE_DISRUPTION
 from aviflow.lifecycle import (
     Admitted,
     AttemptEnded,
+    CannotStart,
     Evicted,
     Lifecycle,
     NodeExited,
@@ -31,6 +32,12 @@ TERMINAL = ("Succeeded", "Failed")
 # An evicted attempt ends when Kueue releases its quota (its pods are gone by then); if that
 # does not come within this long, the controller records the eviction anyway.
 RELEASE_WAIT = 300.0
+# Why a container waits that only a person can mend (the kubelet retries them forever): a
+# Secret or ConfigMap it names is not there, an image reference it cannot use. A starting
+# attempt whose pod waits so for this long is stopped as a failure with the kubelet's words
+# (a Secret made right after the submit still counts).
+CONFIG_ERRORS = ("CreateContainerConfigError", "InvalidImageName", "ErrImageNeverPull")
+CONFIG_GRACE = 20.0
 
 
 def timestamp(text: str | None) -> float | None:
@@ -89,6 +96,7 @@ class PodView:
     phase: str
     exit_code: int | None = None
     image_id: str = ""
+    stuck: str | None = None  # a container's CONFIG_ERRORS reason and message
 
     @classmethod
     def of(cls, obj: Obj) -> PodView:
@@ -96,16 +104,20 @@ class PodView:
         annotations = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
         index = annotations.get(INDEX_LABEL, labels.get(INDEX_LABEL, "0"))
-        code, image_id = None, ""
+        code, image_id, stuck = None, "", None
         for c in status.get("containerStatuses") or []:
             image_id = image_id or c.get("imageID") or ""
             term = (c.get("state") or {}).get("terminated")
             if term is not None:
                 code = int(term.get("exitCode", 0))
+            wait = (c.get("state") or {}).get("waiting") or {}
+            if wait.get("reason") in CONFIG_ERRORS:
+                stuck = f"{wait['reason']}: {str(wait.get('message', ''))[:500]}"
         phase = status.get("phase", "Pending")
         if obj.get("deleted"):
             phase = phase if phase in TERMINAL else "Gone"
-        return cls(int(labels.get(LABEL_ATTEMPT, "0")), int(index), phase, code, image_id)
+        attempt = int(labels.get(LABEL_ATTEMPT, "0"))
+        return cls(attempt, int(index), phase, code, image_id, stuck)
 
     @property
     def active(self) -> bool:
@@ -235,6 +247,10 @@ def next_observation(lc: Lifecycle, snap: Snapshot, now: float) -> Observation |
         index, code = failed[0]
         assert code is not None
         return NodeExited(now, n, index, code)
+    stuck = sorted((p.index, p.stuck) for p in pods if p.stuck is not None)
+    if state is JobState.STARTING and stuck and now - last >= CONFIG_GRACE:
+        index, why = stuck[0]
+        return CannotStart(now, n, f"node {index}: {why}")
     if state is JobState.STARTING and all(snap.heartbeats.get(i) == n for i in range(snap.nodes)):
         return NodesUp(now, n, tuple(sorted({p.image_id for p in pods if p.image_id})))
     return None

@@ -40,7 +40,9 @@ CHART_OWNED: dict[str, tuple[str, ...]] = {
     "ApiSection": (
         "bind", "port", "url", "notebookUrl", "backend", "runRoot", "local", "external",
     ),
-    "KubernetesSection": ("namespace", "kubeconfig", "context", "runs", "networkPolicy"),
+    "KubernetesSection": (
+        "namespace", "queueNamespaces", "kubeconfig", "context", "runs", "networkPolicy",
+    ),
 }  # fmt: skip
 
 
@@ -111,16 +113,60 @@ class Kueue(StrictModel):
 
 
 class RunStore(StrictModel):
-    """The shared run store: a ReadWriteMany volume the hub, the controller and every job's
-    pods mount."""
+    """The shared run store: one ReadWriteMany volume that aviflow-api and the controller (in
+    the release's namespace) and every job's pods (in its team's namespace) mount. A claim
+    cannot cross namespaces: with teams, name the volume (``volume``: the chart makes a
+    PersistentVolume and its claim in each of those namespaces) or your own claims
+    (``existingClaim``)."""
 
     size: str = "1Ti"
+    volume: dict[str, Any] | None = Field(
+        None,
+        description="A PersistentVolume's source for the run store, e.g. {nfs: {server: "
+        "10.0.0.2, path: /exports/aviflow}} or {csi: {driver: ..., volumeHandle: ...}}: one "
+        "PersistentVolume (Retain) and claim per namespace, each bound to the other.",
+    )
     storage_class: str | None = Field(
-        None, alias="storageClass", description="A ReadWriteMany class (default: the cluster's)."
+        None,
+        alias="storageClass",
+        description="Without volume or existingClaim: the class of the one claim in the "
+        "release's namespace (ReadWriteMany; default: the cluster's). Not with teams.",
     )
     existing_claim: str | None = Field(
-        None, alias="existingClaim", description="Use this claim instead of creating one."
+        None,
+        alias="existingClaim",
+        description="A claim of this name, made by you, in the release's namespace and in "
+        "every team's, all on the same volume.",
     )
+
+
+class Namespaces(StrictModel):
+    """Namespaces by trust: the control plane (hub, proxy, aviflow-api, the controller, their
+    service accounts and Secrets) in the release's; users' notebooks in ``notebooks``; each
+    team's TrainJobs and trainer pods in its own (``teams[].namespace``). Each user namespace
+    enforces Pod Security ``restricted`` and holds no control-plane account, Secret or claim."""
+
+    create: bool = Field(
+        True,
+        description="Create the notebooks' and the teams' namespaces (labelled for Pod Security "
+        "restricted; kept on uninstall). False: they exist, labelled by you.",
+    )
+    notebooks: str | None = Field(
+        None,
+        description="The notebooks' namespace (default: <release>-notebooks).",
+        pattern=DNS1123_LABEL.pattern,
+    )
+
+
+class KubectlAccess(StrictModel):
+    """kubectl for team members: in each team's namespace, a RoleBinding of the team's
+    groups (``teams[].groups``, as your API server's authenticator names them) to the
+    member role (``aviflow.k8s.rbac.MEMBER_RULES``)."""
+
+    enabled: bool = Field(
+        False, description="TrainJobs: create, read, cancel; their pods' logs; the queue."
+    )
+    jobs: bool = Field(False, description="Also plain Kueue Jobs (held to the team's queue).")
 
 
 class ProxyHttps(StrictModel):
@@ -182,6 +228,10 @@ class ChartOnly(StrictModel):
     state: State = Field(default_factory=lambda: State())
     kueue: Kueue = Field(default_factory=lambda: Kueue())
     run_store: RunStore = Field(default_factory=lambda: RunStore(), alias="runStore")
+    namespaces: Namespaces = Field(default_factory=lambda: Namespaces())
+    kubectl_access: KubectlAccess = Field(
+        default_factory=lambda: KubectlAccess(), alias="kubectlAccess"
+    )
     network_policy: bool = Field(
         True,
         alias="networkPolicy",
@@ -288,6 +338,8 @@ def generated() -> dict[str, str]:
         "controller": rbac.CONTROLLER_RULES,
         "api": rbac.API_RULES,
         "apiCluster": rbac.API_CLUSTER_RULES,
+        "member": rbac.MEMBER_RULES,
+        "memberJobs": rbac.MEMBER_JOB_RULES,
     }
     # the binding's namespaces are the release's: queue-policy.yaml fills them in
     queue_policy = {"policy": policy.queue_policy(), "binding": policy.queue_binding([])}

@@ -30,7 +30,7 @@ from aviflow._units import parse_quantity
 from aviflow.backends.local import DEFAULT_CAPACITY
 from aviflow.errors import AviflowError
 from aviflow.k8s.settings import ClusterSettings
-from aviflow.names import is_dns1123_label
+from aviflow.names import DNS1123_LABEL, is_dns1123_label
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
 SERVICE_NAME = "aviflow-api"
@@ -210,6 +210,12 @@ class Team(StrictModel):
     admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
     admins: list[str] = Field(default_factory=list, description="Users who administer the team.")
     queue: str = Field(description="The team's Kueue LocalQueue name.")
+    namespace: str | None = Field(
+        None,
+        description="On Kubernetes, the namespace of the team's TrainJobs, trainer pods and "
+        "LocalQueue (the chart's default: <release>-<name>).",
+        pattern=DNS1123_LABEL.pattern,
+    )
     priority_classes: list[str] = Field(
         default_factory=list,
         alias="priorityClasses",

@@ -65,6 +65,8 @@ def build_job(
             spec[spec_key(TrainJobSpec, name)] = value
     if options.env:
         spec["env"] = {**(spec.get("env") or {}), **options.env}
+    if options.secrets:
+        spec["secrets"] = list(dict.fromkeys([*(spec.get("secrets") or []), *options.secrets]))
     accel_flags = {
         spec_key(AccelerateSpec, field): getattr(options, option)
         for option, field in ACCELERATE_FIELDS.items()

@@ -46,6 +46,7 @@ class TrainOptions:
     time_limit: str | None = None
     hang_timeout: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
     max_restarts: int | None = None
     resume: str = "never"
     mixed_precision: str | None = None
@@ -195,6 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="environment variable for every rank, repeatable, e.g. --env LR=3e-4",
     )
     a(
+        "--secret",
+        type=_nonempty,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Secret of your team's namespace (Kubernetes): its keys become environment "
+        "variables of every rank, repeatable, e.g. --secret hf-token",
+    )
+    a(
         "--max-restarts",
         type=_positive("--max-restarts", 0),
         metavar="N",
@@ -288,6 +298,7 @@ def parse_train_options(line: str) -> TrainOptions:
         time_limit=ns.time_limit,
         hang_timeout=ns.hang_timeout,
         env=env,
+        secrets=tuple(dict.fromkeys(ns.secret)),
         max_restarts=ns.max_restarts,
         resume=ns.resume,
         mixed_precision=ns.mixed_precision,

@@ -59,6 +59,7 @@ def test_defaults_are_explicit_after_round_trip():
         "checkpoints": {"keepLast": 3},
         "maxRestarts": 0,
         "hangTimeout": "30m",
+        "secrets": [],
     }
     assert json.loads(job.to_json())["apiVersion"] == "aviflow.dev/v1"
 
@@ -67,6 +68,12 @@ def test_defaults_are_explicit_after_round_trip():
     ("data", "expected"),
     [
         (with_spec(gpuPerNode=2), "spec.gpuPerNode: unknown key; did you mean 'gpusPerNode'?"),
+        (
+            with_spec(secrets=["HF_TOKEN"]),
+            "spec.secrets: 'HF_TOKEN' is not a Secret's name; use lowercase letters, digits, '-' "
+            "and '.' (at most 253)",
+        ),
+        (with_spec(secrets=["a", "a"]), "spec.secrets: a named more than once"),
         (
             with_spec(hangTimeout="0s"),
             "spec.hangTimeout: '0s' is out of range; give 1s to 30d, e.g. '30m'",

@@ -146,30 +146,46 @@ def test_teams_become_kueue_queues(render: Render) -> None:
         "reclaimWithinCohort": "Never",
         "withinClusterQueue": "Never",
     }
+    # each team's ClusterQueue admits only the Workloads of the team's own namespace, where
+    # its LocalQueue is
     assert prod["spec"]["namespaceSelector"] == {
-        "matchLabels": {"kubernetes.io/metadata.name": "aviflow"}
+        "matchLabels": {"kubernetes.io/metadata.name": "ml-prod"}
     }
-    params = next(
-        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "aviflow-queues"
-    )
-    assert params["data"] == {
-        "vision": "vision,vision-leads",
-        "nlp": "nlp",
-        "prod": "prod-ml",
+    assert [
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in docs
+        if d["kind"] == "LocalQueue"
+    ] == [("aviflow-vision", "vision"), ("aviflow-nlp", "nlp"), ("ml-prod", "prod")]
+    # the policy's parameters, per governed namespace: only the queue whose LocalQueue is there
+    params = {
+        d["metadata"]["namespace"]: d["data"]
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "aviflow-queues"
+    }
+    common = {
         "exempt": "system:serviceaccount:aviflow:aviflow-api,system:serviceaccount:aviflow:aviflow-controller",
         "protectedClaims": "aviflow-runs",
         "allowedImages": "registry.example.com/aviflow/trainer:0.0.9-0123456789ab,"
         "registry.example.com/aviflow/trainer:0.1.0-6045a7bbf179",
         "allowedImageNames": "torch-2-14,torch-2-15",
-        "priorityClasses.vision": "high,low",
-        "priorityClasses.nlp": "",
-        "priorityClasses.prod": "",
     }
+    assert params == {
+        "aviflow-notebooks": common,
+        "aviflow-vision": {
+            "vision": "vision,vision-leads", "priorityClasses.vision": "high,low", **common
+        },
+        "aviflow-nlp": {"nlp": "nlp", "priorityClasses.nlp": "", **common},
+        "ml-prod": {"prod": "prod-ml", "priorityClasses.prod": "", **common},
+    }  # fmt: skip
     binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"  # fails closed
     assert binding["spec"]["matchResources"]["namespaceSelector"] == {
         "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["aviflow"]}
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "In",
+                "values": ["aviflow-nlp", "aviflow-notebooks", "aviflow-vision", "ml-prod"],
+            }
         ]
     }
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "WorkloadPriorityClass"] == [
@@ -180,7 +196,12 @@ def test_teams_become_kueue_queues(render: Render) -> None:
 
 
 def test_a_zero_gpu_quota_stays_zero(render: Render) -> None:
-    docs = render(values={"teams": [{"name": "t", "groups": ["t"], "queue": "t", "gpuQuota": 0}]})
+    docs = render(
+        values={
+            "teams": [{"name": "t", "groups": ["t"], "queue": "t", "gpuQuota": 0}],
+            "runStore": {"existingClaim": "runs"},
+        }
+    )
     [cq] = [d for d in docs if d["kind"] == "ClusterQueue"]
     gpu = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "0"}
@@ -354,21 +375,27 @@ def test_the_hub_and_aviflow_api_load_the_config_the_chart_renders(render: Rende
     cfg = hub_config_of(docs)
     values = yaml.safe_load(MULTI_TEAM.read_text())
     assert [t.model_dump(by_alias=True, exclude_unset=True) for t in cfg.teams] == values["teams"]
+    # notebooks in their own namespace reach the hub and aviflow-api by their full names
     assert (cfg.hub.spawner, cfg.hub.namespace, cfg.hub.notebook_bind) == (
         "kubernetes",
-        "aviflow",
+        "aviflow-notebooks",
         "podIP",
     )
     assert (cfg.hub.hub_connect_url, cfg.hub.data_dir) == (
-        "http://aviflow-hub:8081",
+        "http://aviflow-hub.aviflow.svc:8081",
         "/srv/jupyterhub",
     )
     assert (cfg.api.external, cfg.api.backend, cfg.api_url, cfg.api.run_root) == (
         True,
         "kubernetes",
-        "http://aviflow-api:8088",
+        "http://aviflow-api.aviflow.svc:8088",
         "/aviflow/runs",
     )
+    assert cfg.api.kubernetes.queue_namespaces == {
+        "vision": "aviflow-vision",
+        "nlp": "aviflow-nlp",
+        "prod": "ml-prod",
+    }
     controller = json.loads(doc(docs, "ConfigMap", "aviflow-controller")["data"]["cluster.json"])
     assert cfg.api.kubernetes.model_dump(by_alias=True, exclude_unset=True) == controller
     # the hub registers aviflow-api with the token (it does not start it) ...
@@ -397,7 +424,7 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     )
     # aviflow-api gets what the hub gives a service it starts itself
     assert api_env == external_service_environment(
-        hub_config_of(docs), "http://aviflow-hub:8081", "http://0.0.0.0:8088"
+        hub_config_of(docs), "http://aviflow-hub.aviflow.svc:8081", "http://0.0.0.0:8088"
     )
     # the proxy and the hub's API on every address of the pod (kubectl port-forward works)
     assert hub_c["command"][3:] == ["--JupyterHub.hub_bind_url=http://:8081"]
@@ -418,7 +445,12 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
         if d["kind"] == "Deployment" and d["metadata"]["name"] != "aviflow-controller"
     }
     assert checksums["aviflow-hub"] == checksums["aviflow-api"]
-    quota = render(values={"teams": [{"name": "t", "groups": ["t"], "queue": "t", "gpuQuota": 4}]})
+    quota = render(
+        values={
+            "teams": [{"name": "t", "groups": ["t"], "queue": "t", "gpuQuota": 4}],
+            "runStore": {"existingClaim": "runs"},
+        }
+    )
     assert (
         doc(quota, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
         != doc(docs, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
@@ -445,10 +477,12 @@ def test_network_policies(render: Render) -> None:
     }
     hub = {"app.kubernetes.io/component": "hub", "app.kubernetes.io/instance": "aviflow"}
     api = {"app.kubernetes.io/component": "api", "app.kubernetes.io/instance": "aviflow"}
-    # in: only from the hub's pod (proxy and hub), on the notebook port
+    release = {"matchLabels": {"kubernetes.io/metadata.name": "aviflow"}}
+    # in: only from the hub's pod (proxy and hub, in the release's namespace), on the
+    # notebook port
     assert nb["ingress"] == [
         {
-            "from": [{"podSelector": {"matchLabels": hub}}],
+            "from": [{"namespaceSelector": release, "podSelector": {"matchLabels": hub}}],
             "ports": [{"protocol": "TCP", "port": 8888}],
         }
     ]
@@ -456,8 +490,14 @@ def test_network_policies(render: Render) -> None:
     # no other pod (cluster addresses are private)
     to = [(rule["to"][0], rule.get("ports")) for rule in nb["egress"]]
     assert to[:2] == [
-        ({"podSelector": {"matchLabels": hub}}, [{"protocol": "TCP", "port": 8081}]),
-        ({"podSelector": {"matchLabels": api}}, [{"protocol": "TCP", "port": 8088}]),
+        (
+            {"namespaceSelector": release, "podSelector": {"matchLabels": hub}},
+            [{"protocol": "TCP", "port": 8081}],
+        ),
+        (
+            {"namespaceSelector": release, "podSelector": {"matchLabels": api}},
+            [{"protocol": "TCP", "port": 8088}],
+        ),
     ]
     assert to[3] == (
         {
@@ -474,14 +514,24 @@ def test_network_policies(render: Render) -> None:
         },
         None,
     )
-    names = [d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"]
-    assert names == [
-        "aviflow-notebooks",
-        "aviflow-hub",
-        "aviflow-api",
-        "aviflow-controller",
-        "aviflow-trainers",
+    names = [
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
     ]
+    assert names == [
+        ("aviflow-notebooks", "aviflow-notebooks"),
+        ("aviflow", "aviflow-hub"),
+        ("aviflow", "aviflow-api"),
+        ("aviflow", "aviflow-controller"),
+        ("aviflow", "aviflow-trainers"),  # no teams: no team namespaces
+    ]
+    teams = render(MULTI_TEAM)
+    assert [
+        d["metadata"]["namespace"]
+        for d in teams
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "aviflow-trainers"
+    ] == ["aviflow-vision", "aviflow-nlp", "ml-prod"]
     assert [
         d for d in render(values={"networkPolicy": False}) if d["kind"] == "NetworkPolicy"
     ] == []
@@ -504,10 +554,18 @@ def test_the_install_notes_say_where_to_log_in_and_what_is_missing(
         {"name": "vision", "groups": ["vision"], "queue": "vq", "gpuQuota": 0, "cohort": "hgx"},
         {"name": "nlp", "groups": ["nlp"], "queue": "nq"},
     ]
-    text = notes(helm, tmp_path, {"teams": teams, "proxy": {"port": 8443}})
+    text = notes(
+        helm,
+        tmp_path,
+        {"teams": teams, "proxy": {"port": 8443}, "runStore": {"existingClaim": "runs"}},
+    )
     assert "kubectl -n ml get svc av-proxy-public    # EXTERNAL-IP, port 8443" in text
     assert "kubectl -n ml port-forward svc/av-proxy-public 8080:8443" in text
-    assert "  vision: queue vq, 0 GPUs, cohort hgx\n  nlp: queue nq, 8 GPUs\n" in text
+    assert (
+        "  vision: queue vq, 0 GPUs, cohort hgx, namespace av-vision\n"
+        "  nlp: queue nq, 8 GPUs, namespace av-nlp\n"
+    ) in text
+    assert "Notebooks run in namespace av-notebooks." in text
     assert 'WARNING: auth.type is "dev"' in text
     assert "No teams yet" not in text
     empty = notes(helm, tmp_path, {})
@@ -611,3 +669,101 @@ def test_the_only_images_a_pod_may_run_are_the_admins(render: Render) -> None:
     assert kube["image"] == "localhost/aviflow/notebook:0.1.0"
     [small] = cfg.profiles
     assert small.image is None and "image" not in profile_entry(small)["kubespawner_override"]
+
+
+def test_namespaces_by_trust(render: Render) -> None:
+    """Users' notebooks and each team's jobs in namespaces of their own, enforcing Pod
+    Security ``restricted``; the run store reaches each through its own volume and claim;
+    team members' kubectl is bound in their team's namespace only."""
+    docs = render(MULTI_TEAM)
+    spaces = {
+        d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "Namespace"
+    }
+    assert sorted(spaces) == ["aviflow-nlp", "aviflow-notebooks", "aviflow-vision", "ml-prod"]
+    for labels in spaces.values():
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert spaces["ml-prod"]["aviflow.dev/team"] == "prod"
+    # no control-plane account, Secret or Deployment outside the release's namespace
+    for d in docs:
+        if d["kind"] in ("ServiceAccount", "Secret", "Deployment", "Service"):
+            assert d["metadata"]["namespace"] == "aviflow", d["metadata"]
+    # the run store: one Retain volume and claim per namespace that mounts it, bound together
+    claims = {
+        d["metadata"]["namespace"]: d["spec"]["volumeName"]
+        for d in docs
+        if d["kind"] == "PersistentVolumeClaim" and d["metadata"]["name"] == "aviflow-runs"
+    }
+    assert claims == {
+        ns: f"aviflow-runs-{ns}" for ns in ("aviflow", "aviflow-vision", "aviflow-nlp", "ml-prod")
+    }
+    pv = doc(docs, "PersistentVolume", "aviflow-runs-ml-prod")["spec"]
+    assert (pv["nfs"], pv["claimRef"], pv["persistentVolumeReclaimPolicy"]) == (
+        {"server": "10.20.0.5", "path": "/exports/aviflow-runs"},
+        {"namespace": "ml-prod", "name": "aviflow-runs"},
+        "Retain",
+    )
+    # the controller and aviflow-api act in each team's namespace; the hub in the notebooks'
+    roles = sorted(
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Role"
+    )
+    assert roles == sorted(
+        [("aviflow-notebooks", "aviflow-hub")]
+        + [
+            (ns, f"aviflow-{who}")
+            for ns in ("aviflow-vision", "aviflow-nlp", "ml-prod")
+            for who in ("api", "controller", "member")
+        ]
+    )
+    member = next(
+        d
+        for d in docs
+        if d["kind"] == "RoleBinding"
+        and d["metadata"]["name"] == "aviflow-member"
+        and d["metadata"]["namespace"] == "aviflow-vision"
+    )
+    assert [s["name"] for s in member["subjects"]] == ["vision", "vision-leads"]
+    vision_role = next(
+        d
+        for d in docs
+        if d["kind"] == "Role"
+        and d["metadata"]["name"] == "aviflow-member"
+        and d["metadata"]["namespace"] == "aviflow-vision"
+    )
+    assert vision_role["rules"] == rbac.MEMBER_RULES + rbac.MEMBER_JOB_RULES
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"teams": [{"name": "t", "groups": ["t"], "queue": "t"}]},
+            "runStore: the teams' jobs run in their own namespaces",
+        ),
+        (
+            {
+                "teams": [{"name": "t", "groups": ["t"], "queue": "t", "namespace": "aviflow"}],
+                "runStore": {"existingClaim": "runs"},
+            },
+            "teams[t]: namespace aviflow is already the release's namespace",
+        ),
+        (
+            {
+                "teams": [
+                    {"name": "a", "groups": ["a"], "queue": "a", "namespace": "shared"},
+                    {"name": "b", "groups": ["b"], "queue": "b", "namespace": "shared"},
+                ],
+                "runStore": {"existingClaim": "runs"},
+            },
+            "teams[b]: namespace shared is already team a's namespace",
+        ),
+        (
+            {"namespaces": {"notebooks": "aviflow"}},
+            "namespaces.notebooks: aviflow is the release's namespace",
+        ),
+    ],
+)
+def test_namespaces_apart_or_a_clear_refusal(
+    render: Render, values: dict[str, Any], message: str
+) -> None:
+    proc = render(values=values, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr

@@ -30,7 +30,7 @@ import requests
 import yaml
 from aviflow_images import own_cluster, trainer_images_entry
 from aviflow_kernel import run_in_kernel
-from aviflow_pool import hostpath_storage, run_store_volume
+from aviflow_pool import hostpath_storage
 
 from aviflow.store import DATA_DIR, RunDir
 from aviflow_testcluster import RESTRICTED, Cluster, wait_for
@@ -75,8 +75,8 @@ def explain(cluster: Cluster, ns: str) -> str:
     for args in (
         ("logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=60"),
         ("logs", "-n", ns, "-l", "app.kubernetes.io/component=hub", "--tail=40"),
-        ("get", "trainjobs,workloads,pods,jobs", "-n", ns, "-o", "wide"),
-        ("get", "trainjobs", "-n", ns, "-o", "jsonpath={.items[*].status}"),
+        ("get", "trainjobs,workloads,pods,jobs", "-A", "-o", "wide"),
+        ("get", "trainjobs", "-A", "-o", "jsonpath={.items[*].status}"),
     ):
         done = cluster.kubectl(*args, check=False)
         out.append(f"$ kubectl {' '.join(args)}\n{done.stdout}{done.stderr}")
@@ -98,8 +98,16 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     chart_cluster: Cluster, render: Render
 ) -> None:
     chart_cluster.create_namespace("aviflow")
+    made = {"aviflow"}
     for case in ([], [EXAMPLES / "multi-team.yaml"]):
         docs = render(*case)
+        # the users' namespaces are created for real first: a dry run persists nothing, so
+        # the objects in them would find none
+        for d in docs:
+            name = d["metadata"]["name"]
+            if d["kind"] == "Namespace" and name not in made:
+                chart_cluster.create_namespace(name, labels=d["metadata"]["labels"])
+                made.add(name)
         done = chart_cluster.kubectl(
             "apply",
             "--dry-run=server",
@@ -195,20 +203,16 @@ def test_install_upgrade_rollback_uninstall(
     def step(what: str) -> None:  # where the time goes, in the report of a failure
         print(f"[{time.monotonic() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
 
-    # every pod of the release (hub, aviflow-api, controller, notebooks, trainers) passes
-    # Pod Security's `restricted` profile, which the namespace enforces
+    # every pod of the release (hub, aviflow-api, controller) passes Pod Security's
+    # `restricted` profile, which the namespace enforces; the chart makes the notebooks' and
+    # each team's namespace, which enforce it too
     ns = cluster.create_namespace("chart", labels=RESTRICTED)
     release = f"av{uuid.uuid4().hex[:6]}"
+    nb_ns, vision_ns, nlp_ns = (f"{release}-{k}" for k in ("notebooks", "vision", "nlp"))
     trainer, hub_image, notebook = (built_images[k] for k in ("trainer", "hub", "notebook"))
     runs = tmp_path / "runs"
     runs.mkdir()
     os.chown(runs, 1000, 1000)  # as a provisioner's volume for pods of uid 1000 would be
-    cluster.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input="\n---\n".join(json.dumps(o) for o in run_store_volume(ns, str(runs), f"{ns}-runs")),
-    )
     storage = f"{ns}-state"
     # the claims of the hub's database, aviflow-api's ledger and alice's home bind to these
     volumes = hostpath_storage(storage, [tmp_path / "pv" / k for k in ("hub", "api", "home")])
@@ -262,7 +266,10 @@ def test_install_upgrade_rollback_uninstall(
                     },
                     "proxy": proxy,
                     "state": {"storageClass": storage},
-                    "runStore": {"existingClaim": "aviflow-runs"},
+                    # one volume: the chart binds a PersistentVolume on it to a claim in the
+                    # release's namespace and in each team's
+                    "runStore": {"volume": {"hostPath": {"path": str(runs)}}},
+                    "kubectlAccess": {"enabled": True},
                 }
             )
         )
@@ -302,9 +309,14 @@ def test_install_upgrade_rollback_uninstall(
     assert alice.api("queues")  # aviflow-api, through the proxy, knows her
     alice.spawn("small")
     step("spawned")
-    [nb] = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")[
+    # her notebook runs in the notebooks' namespace, apart from the hub's
+    [nb] = kubectl_json(cluster, "get", "pods", "-n", nb_ns, "-l", "component=singleuser-server")[
         "items"
     ]
+    assert (
+        kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")["items"]
+        == []
+    )
     assert (
         nb["spec"]["nodeName"].startswith("cpu-")
         and nb["spec"]["automountServiceAccountToken"] is False
@@ -318,9 +330,8 @@ def test_install_upgrade_rollback_uninstall(
     out, error = run_in_kernel(f"{url}/user/alice/", alice.token, CELL, timeout=300)
     assert error is None, (error, out)
     lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
-    assert lines.get("backend") == f"HubBackend http://{release}-api:8088/services/aviflow-api/", (
-        out
-    )
+    api_url = f"http://{release}-api.{ns}.svc:8088/services/aviflow-api/"
+    assert lines.get("backend") == f"HubBackend {api_url}", out
     assert lines["queue"] == "vision", out
     holder, job_id = lines["holds-quota"], lines["from-notebook"]
     # a hostile job from the same notebook (1 GPU): it runs once the second has finished
@@ -337,32 +348,8 @@ def test_install_upgrade_rollback_uninstall(
     )
     assert alice.api(f"jobs/{job_id}")["state"] == "QUEUED"
 
-    step("team members may create TrainJobs with kubectl in this names")
-    # team members may create TrainJobs with kubectl in this namespace (the test's grant);
-    # the queue-access policy refuses an nlp member vision's queue
-    cluster.kubectl(
-        "create", "role", "trainjobs", "-n", ns, "--verb=create,get,list,watch",
-        "--resource=trainjobs.aviflow.dev",
-    )  # fmt: skip
-    cluster.kubectl(
-        "create", "rolebinding", "trainjobs", "-n", ns, "--role=trainjobs",
-        "--group=vision", "--group=nlp",
-    )  # fmt: skip
-    body = {
-        "apiVersion": "aviflow.dev/v1",
-        "kind": "TrainJob",
-        "metadata": {
-            "name": "not-yours",
-            "namespace": ns,
-            "annotations": {"aviflow.dev/user": "bob"},
-        },
-        "spec": {"queue": "vision", "nodes": 1, "gpusPerNode": 1, "script": TINY},
-    }
-    refused = cluster.kubectl(
-        "apply", "--as=bob", "--as-group=nlp", "-f", "-", input=json.dumps(body), check=False
-    )
-    assert refused.returncode != 0
-    assert "aviflow-queue-access" in refused.stderr and "vision" in refused.stderr, refused.stderr
+    step("kubectl users are held to their team's namespace")
+    kubectl_users_held_to_their_team(cluster, vision_ns, nlp_ns, job_id)
 
     step("the admin raises the quota and changes the profile: nothing ")
     # the admin raises the quota and changes the profile: nothing else to do
@@ -415,7 +402,7 @@ def test_install_upgrade_rollback_uninstall(
     assert alice.api(f"jobs/{holder}")["state"] == "RUNNING"
 
     step("a hostile job from her notebook: what its code writes steers nothing")
-    hostile_job = hostile_steers_nothing(cluster, ns, url, alice, hostile_run, control)
+    hostile_job = hostile_steers_nothing(cluster, ns, vision_ns, url, alice, hostile_run, control)
 
     r = requests.post(
         f"{url}/services/aviflow-api/api/v1/jobs/{holder}/cancel",
@@ -435,7 +422,7 @@ def test_install_upgrade_rollback_uninstall(
     rows = [json.loads(line) for line in job_dir.metrics_path.read_text().splitlines()]
     assert job_dir.metrics_path.parent == job_dir.path / DATA_DIR
     assert [r["step"] for r in rows][-1] == 10
-    pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"aviflow.dev/job={job_id}")
+    pods = kubectl_json(cluster, "get", "pods", "-n", vision_ns, "-l", f"aviflow.dev/job={job_id}")
     assert sorted(p["spec"]["nodeName"][:4] for p in pods["items"]) == ["hgx-", "hgx-"]
     step("usage: the jobs' GPU time, accounted to team vision")
     # usage: the three jobs' GPU time (the hostile one's too, its one attempt), to team vision
@@ -456,7 +443,7 @@ def test_install_upgrade_rollback_uninstall(
     assert spawn_page(url, "alice", PASSWORD) == ["Small (2 CPU)"]
     alice.spawn("small")
     step("spawned")
-    [nb] = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "component=singleuser-server")[
+    [nb] = kubectl_json(cluster, "get", "pods", "-n", nb_ns, "-l", "component=singleuser-server")[
         "items"
     ]
     assert nb["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
@@ -502,26 +489,30 @@ def test_install_upgrade_rollback_uninstall(
     )
     assert r.status_code == 200, (r.status_code, r.text)  # her token, over TLS
 
-    step("uninstall: what stays is the CRD (with the TrainJobs) and th")
-    # uninstall: what stays is the CRD (with the TrainJobs) and the claims holding data (the
-    # run store, the hub's database, aviflow-api's ledger, the user's home)
+    step("uninstall: what stays is the CRD (with the TrainJobs), the users' namespaces and")
+    # uninstall: what stays is the CRD (with the TrainJobs), the users' namespaces (homes,
+    # jobs) and the claims and volumes holding data (the run store, the hub's database,
+    # aviflow-api's ledger, the user's home)
     done = helm_run(helm, cluster, home, "uninstall", release, "-n", ns, "--wait")
     assert done.returncode == 0, done.stderr
-    for kind in (
-        "deployments",
-        "services",
-        "secrets",
-        "serviceaccounts",
-        "roles",
-        "rolebindings",
-        "configmaps",
-        "networkpolicies",
-        "localqueues",
-    ):
-        names = cluster.kubectl("get", kind, "-n", ns, "-o", "name").stdout.split()
-        assert [
-            n for n in names if release in n or n.endswith(("/vision", "/nlp", "/aviflow-queues"))
-        ] == [], (kind, names)
+    for space in (ns, nb_ns, vision_ns, nlp_ns):
+        for kind in (
+            "deployments",
+            "services",
+            "secrets",
+            "serviceaccounts",
+            "roles",
+            "rolebindings",
+            "configmaps",
+            "networkpolicies",
+            "localqueues",
+        ):
+            names = cluster.kubectl("get", kind, "-n", space, "-o", "name").stdout.split()
+            assert [
+                n
+                for n in names
+                if release in n or n.endswith(("/vision", "/nlp", "/aviflow-queues"))
+            ] == [], (space, kind, names)
     for kind in (
         "clusterqueues",
         "resourceflavors",
@@ -536,15 +527,27 @@ def test_install_upgrade_rollback_uninstall(
             names,
         )
     assert cluster.kubectl("get", "crd", "trainjobs.aviflow.dev", "-o", "name").stdout.strip()
-    claims = cluster.kubectl("get", "pvc", "-n", ns, "-o", "name").stdout.split()
-    assert sorted(claims) == sorted(
-        [
-            "persistentvolumeclaim/aviflow-home-alice",
-            "persistentvolumeclaim/aviflow-runs",
-            f"persistentvolumeclaim/{release}-api-db",
-            f"persistentvolumeclaim/{release}-hub-db",
-        ]
-    )
+    claims = {
+        space: sorted(cluster.kubectl("get", "pvc", "-n", space, "-o", "name").stdout.split())
+        for space in (ns, nb_ns, vision_ns, nlp_ns)
+    }
+    runs_claim = f"persistentvolumeclaim/{release}-runs"
+    assert claims == {
+        ns: sorted(
+            [
+                runs_claim,
+                f"persistentvolumeclaim/{release}-api-db",
+                f"persistentvolumeclaim/{release}-hub-db",
+            ]
+        ),
+        nb_ns: ["persistentvolumeclaim/aviflow-home-alice"],
+        vision_ns: [runs_claim],
+        nlp_ns: [runs_claim],
+    }
+    volumes = cluster.kubectl("get", "pv", "-o", "name").stdout.split()
+    assert sorted(v for v in volumes if release in v) == [
+        f"persistentvolume/{release}-runs-{space}" for space in sorted((ns, vision_ns, nlp_ns))
+    ]
     until(
         cluster,
         ns,
@@ -556,6 +559,53 @@ def test_install_upgrade_rollback_uninstall(
         120,
         "the release's pods are gone",
     )
+    # what the admin would delete by hand to remove everything (the cluster is this module's)
+    cluster.kubectl("delete", "namespace", nb_ns, vision_ns, nlp_ns, "--wait=false")
+
+
+def kubectl_users_held_to_their_team(
+    cluster: Cluster, vision_ns: str, nlp_ns: str, job_id: str
+) -> None:
+    """With ``kubectlAccess``, a team's members (impersonated: their groups as the
+    authenticator names them) may use kubectl in their team's namespace only: bob (nlp)
+    can neither read (nor so see the ``spec.env`` of), cancel nor create vision's TrainJobs,
+    and the queue policy refuses him vision's queue in his own namespace. Alice (vision)
+    reads her team's job, so the refusals are not for want of the object."""
+    alice = ("--as=alice", "--as-group=vision")
+    bob = ("--as=bob", "--as-group=nlp")
+    mine = kubectl_json(cluster, "get", "trainjob", job_id, "-n", vision_ns, *alice)
+    assert mine["spec"]["queue"] == "vision"
+    for args, verb in (
+        (("get", "trainjobs", "-n", vision_ns), "list"),
+        (("get", "trainjob", job_id, "-n", vision_ns, "-o", "json"), "get"),
+        (("annotate", "trainjob", job_id, "-n", vision_ns, "aviflow.dev/cancel=mine"), "get"),
+    ):
+        done = cluster.kubectl(*args, *bob, check=False)
+        assert done.returncode != 0, done.stdout
+        assert f'User "bob" cannot {verb} resource "trainjobs"' in done.stderr, done.stderr
+
+    def trainjob(ns: str) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "aviflow.dev/v1",
+                "kind": "TrainJob",
+                "metadata": {
+                    "name": "not-yours",
+                    "namespace": ns,
+                    "annotations": {"aviflow.dev/user": "bob"},
+                },
+                "spec": {"queue": "vision", "nodes": 1, "gpusPerNode": 1, "script": TINY},
+            }
+        )
+
+    there = cluster.kubectl("create", "-f", "-", *bob, input=trainjob(vision_ns), check=False)
+    assert 'User "bob" cannot create resource "trainjobs"' in there.stderr, there.stderr
+    here = cluster.kubectl("create", "-f", "-", *bob, input=trainjob(nlp_ns), check=False)
+    assert here.returncode != 0
+    assert "aviflow-queue-access" in here.stderr, here.stderr
+    assert "queue vision is not open to bob" in here.stderr, here.stderr
+    after = kubectl_json(cluster, "get", "trainjob", job_id, "-n", vision_ns, *alice)
+    assert "aviflow.dev/cancel" not in (after["metadata"].get("annotations") or {})
 
 
 # A job's code as a hostile user would write it, run in a trainer pod of the installed chart:
@@ -605,7 +655,13 @@ def submit_hostile(url: str, alice: User) -> str:
 
 
 def hostile_steers_nothing(
-    cluster: Cluster, ns: str, url: str, alice: User, run: RunDir, control: tuple[bytes, bytes]
+    cluster: Cluster,
+    ns: str,
+    jobs_ns: str,
+    url: str,
+    alice: User,
+    run: RunDir,
+    control: tuple[bytes, bytes],
 ) -> dict[str, Any]:
     """The hostile job fails with its own error after one attempt in her queue; its spec and
     meta are byte for byte what aviflow-api wrote (``control``); aviflow-api refuses its
@@ -629,7 +685,7 @@ def hostile_steers_nothing(
     assert "eyJ" not in json.dumps(job), "a token reached the job's record"
     types = [e["type"] for e in alice.api(f"jobs/{job_id}/events")["events"]]
     assert types.count("STARTING") == 1 and "SUCCEEDED" not in types, types
-    batch = cluster.kubectl("get", "jobs", "-n", ns, "-o", "name").stdout.split()
+    batch = cluster.kubectl("get", "jobs", "-n", jobs_ns, "-o", "name").stdout.split()
     assert [n for n in batch if job_id in n] == [f"job.batch/{job_id}-a1"], batch
     old_log = (run.logs_dir / "old.log").read_text()
     assert "control part here: ['code', 'data']" in old_log, old_log[-2000:]

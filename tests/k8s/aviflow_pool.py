@@ -12,7 +12,7 @@ import pytest
 from aviflow_images import trainer_images_entry
 
 from aviflow.k8s.crd import NAME, committed
-from aviflow_testcluster import wait_for
+from aviflow_testcluster import RESTRICTED, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +38,15 @@ TOPOLOGY_LEVELS = [
 
 
 def pool_objects(
-    prefix: str, namespace: str, teams: dict[str, dict[str, Any]]
+    prefix: str,
+    namespace: str,
+    teams: dict[str, dict[str, Any]],
+    team_namespaces: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """A Topology and ResourceFlavor over the fake HGX nodes, then per team a ClusterQueue
     (``gpus`` nominal; ``cohort``, ``borrow``, ``lend`` optional) and a LocalQueue named
-    after the team in ``namespace``."""
+    after the team in ``namespace``, or in its own of ``team_namespaces`` (whose Workloads
+    alone its ClusterQueue then admits, as the chart does)."""
     flavor = f"{prefix}-hgx"
     objects: list[dict[str, Any]] = [
         {
@@ -63,6 +67,8 @@ def pool_objects(
         },
     ]
     for team, q in teams.items():
+        ns = (team_namespaces or {}).get(team, namespace)
+        selector = {"matchLabels": {"kubernetes.io/metadata.name": ns}} if team_namespaces else {}
         gpu: dict[str, Any] = {"name": GPU, "nominalQuota": str(q["gpus"])}
         if "borrow" in q:
             gpu["borrowingLimit"] = str(q["borrow"])
@@ -73,7 +79,7 @@ def pool_objects(
             "kind": "ClusterQueue",
             "metadata": {"name": f"{prefix}-{team}"},
             "spec": {
-                "namespaceSelector": {},
+                "namespaceSelector": selector,
                 "queueingStrategy": "BestEffortFIFO",
                 "resourceGroups": [
                     {
@@ -105,7 +111,7 @@ def pool_objects(
                 "kind": "LocalQueue",
                 "metadata": {
                     "name": team,
-                    "namespace": namespace,
+                    "namespace": ns,
                     "labels": {"aviflow.dev/team": team},  # as the chart labels them
                 },
                 "spec": {"clusterQueue": f"{prefix}-{team}"},
@@ -194,7 +200,9 @@ def home_storage(api: Any, name: str, path: Path) -> None:
 
 class Pool:
     """A namespace wired for Aviflow: Kueue queues per team, the run store volume, the
-    controller (in this process) and a KubernetesBackend for it."""
+    controller (in this process) and a KubernetesBackend for it. With ``team_namespaces``
+    (team -> a namespace of its own, as the chart makes them) each team's LocalQueue, run
+    store claim and jobs are in its namespace."""
 
     def __init__(
         self,
@@ -203,6 +211,7 @@ class Pool:
         root: Path,
         teams: dict[str, dict[str, Any]],
         images: list[dict[str, Any]],
+        team_namespaces: dict[str, str] | None = None,
     ) -> None:
         import uuid
 
@@ -210,16 +219,18 @@ class Pool:
         from aviflow.k8s.settings import ClusterSettings
 
         self.cluster, self.namespace, self.root = cluster, namespace, root
+        self.namespaces = sorted(set((team_namespaces or {}).values())) or [namespace]
         self.prefix = f"p{uuid.uuid4().hex[:8]}"
-        self.objects = pool_objects(self.prefix, namespace, teams) + run_store_volume(
-            namespace, str(root), f"{self.prefix}-runs"
-        )
+        self.objects = pool_objects(self.prefix, namespace, teams, team_namespaces)
+        for ns in self.namespaces:
+            self.objects += run_store_volume(ns, str(root), f"{self.prefix}-runs-{ns}")
         cluster.kubectl(
             "apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in self.objects)
         )
         self.settings = ClusterSettings.from_dict(
             {
                 "namespace": namespace,
+                "queueNamespaces": {q: ns for q, ns in (team_namespaces or {}).items()},
                 "images": images,  # pods run in the built trainer image, as uid 1000
                 "runs": {"localPath": str(root)},
             }
@@ -280,18 +291,20 @@ class Pool:
         return client.ApiClient(cfg)
 
     def leftovers(self) -> dict[str, list[str]]:
-        """Jobs, pods, services, network policies and workloads still in the namespace."""
-        out = {}
+        """Jobs, pods, services, network policies and workloads still in the namespaces."""
+        out: dict[str, list[str]] = {}
         for kind in ("jobs", "pods", "services", "networkpolicies", "workloads.kueue.x-k8s.io"):
-            done = self.cluster.kubectl("get", kind, "-n", self.namespace, "-o", "name")
-            out[kind] = done.stdout.split()
+            for ns in self.namespaces:
+                done = self.cluster.kubectl("get", kind, "-n", ns, "-o", "name")
+                out.setdefault(kind, []).extend(done.stdout.split())
         return out
 
     def close(self) -> None:
         self.stop_controller()
-        self.cluster.kubectl(
-            "delete", "trainjobs", "--all", "-n", self.namespace, "--wait=false", check=False
-        )
+        for ns in self.namespaces:
+            self.cluster.kubectl(
+                "delete", "trainjobs", "--all", "-n", ns, "--wait=false", check=False
+            )
         reversed_docs = "\n---\n".join(json.dumps(o) for o in reversed(self.objects))
         self.cluster.kubectl(
             "delete",
@@ -322,13 +335,21 @@ def make_pool(
     in the built trainer image, in a namespace that enforces Pod Security ``restricted``."""
     k8s_namespace = restricted_namespace
     pools: list[Pool] = []
+    made: list[str] = []  # the teams' own namespaces
 
-    def make(teams: dict[str, dict[str, Any]] | None = None, controller: bool = True) -> Pool:
+    def make(
+        teams: dict[str, dict[str, Any]] | None = None,
+        controller: bool = True,
+        own_namespaces: bool = False,
+    ) -> Pool:
+        teams = teams or {"default": {"gpus": 8}}
         root = tmp_path / f"runs{len(pools)}"
         root.mkdir()
-        pool = Pool(
-            crd_installed, k8s_namespace, root, teams or {"default": {"gpus": 8}}, trainer_images
-        )
+        spaces = None
+        if own_namespaces:  # one per team, enforcing `restricted` too; deleted afterwards
+            spaces = {t: crd_installed.create_namespace(labels=RESTRICTED) for t in teams}
+            made.extend(spaces.values())
+        pool = Pool(crd_installed, k8s_namespace, root, teams, trainer_images, spaces)
         pools.append(pool)
         if controller:
             pool.start_controller()
@@ -337,3 +358,5 @@ def make_pool(
     yield make
     for pool in pools:
         pool.close()
+    for ns in made:
+        crd_installed.kubectl("delete", "namespace", ns, "--wait=false", check=False)

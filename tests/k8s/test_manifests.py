@@ -284,3 +284,42 @@ def test_a_jobs_network_policy_admits_its_own_pods_only_and_never_the_metadata()
         ClusterSettings.from_dict({"egress": [{"cidr": "10.0.0.1/8"}]})
     with pytest.raises(BackendError, match=r"ports \[0\] are not TCP ports"):
         ClusterSettings.from_dict({"egress": [{"cidr": "10.0.0.0/8", "ports": [0]}]})
+
+
+def test_each_queue_runs_in_its_teams_namespace(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """With ``queueNamespaces`` a job's objects go to its queue's team namespace, the
+    controller watches each of those, and a queue no team has is refused, naming theirs."""
+    from aviflow.cli import main
+    from aviflow.errors import SpecError
+
+    teams = {BIG.spec.queue: "team-vision", "research": "team-research"}
+    s = ClusterSettings.from_dict({"namespace": "ml", "queueNamespaces": teams})
+    assert s.job_namespaces() == ["team-research", "team-vision"]
+    assert ClusterSettings.from_dict({"namespace": "ml"}).job_namespaces() == ["ml"]
+    assert s.for_queue("vision").namespace == "team-vision" and s.namespace == "ml"
+    with pytest.raises(SpecError, match="queue 'nlp' is no team's queue; use one of "):
+        s.for_queue("nlp")
+    with pytest.raises(BackendError, match="'Team_X' is not a namespace name"):
+        ClusterSettings.from_dict({"queueNamespaces": {"x": "Team_X"}})
+    settings = tmp_path / "cluster.yaml"
+    settings.write_text(
+        yaml.safe_dump(
+            {
+                "namespace": "ml",
+                "queueNamespaces": teams,
+                "image": "reg.example.com/trainer:1",
+                "runs": {"localPath": str(tmp_path / "runs")},
+            }
+        )
+    )
+    monkeypatch.setenv("AVIFLOW_K8S_CONFIG", str(settings))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(BIG.to_yaml())
+    assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert {d["metadata"]["namespace"] for d in docs} == {"team-vision"}
+    spec.write_text(BIG.with_changes(queue="nlp").to_yaml())
+    assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 2
+    assert "queue 'nlp' is no team's queue; use one of " in capsys.readouterr().err

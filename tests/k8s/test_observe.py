@@ -7,10 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from aviflow.attempts import JobInfo, admission_drift, attempts_from_events
-from aviflow.lifecycle import Admitted, AttemptEnded, Evicted, Lifecycle, Policy
+from aviflow.k8s.manifests import LABEL_ATTEMPT
+from aviflow.lifecycle import Admitted, AttemptEnded, CannotStart, Evicted, Lifecycle, Policy
 from aviflow.operator._observe import (
+    CONFIG_GRACE,
+    INDEX_LABEL,
     RELEASE_WAIT,
     AttemptJob,
+    PodView,
     Snapshot,
     WorkloadView,
     next_observation,
@@ -124,3 +128,46 @@ def test_drift_names_a_segment_that_disagrees_with_kueue() -> None:
     obs = Evicted(T0 + 40, 1, "Preempted", preempted=True, admitted_seconds=20)
     step = lc.observe(obs)
     assert admission_drift(step.lifecycle.events, step.events[0]) == 10.0
+
+
+def test_a_pod_that_cannot_start_until_someone_acts_fails_the_attempt_after_the_grace() -> None:
+    """A Secret of ``spec.secrets`` that is not there: the kubelet retries for ever, the job
+    would hold its GPUs; the controller stops the attempt with the kubelet's words."""
+    lc = running(T0 + 10)  # STARTING since T0 + 10
+    stuck = {
+        "metadata": {"labels": {LABEL_ATTEMPT: "1"}, "annotations": {INDEX_LABEL: "1"}},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "state": {
+                        "waiting": {
+                            "reason": "CreateContainerConfigError",
+                            "message": 'secret "hf-token" not found',
+                        }
+                    }
+                }
+            ],
+        },
+    }
+    pod = PodView.of(stuck)
+    assert pod.stuck == 'CreateContainerConfigError: secret "hf-token" not found'
+    wl = WorkloadView.of(workload(("Admitted", "True", T0 + 10, "Admitted")), 1)
+    snap = Snapshot(nodes=2, jobs={1: AttemptJob(1, None)}, pods=(pod,), workloads={1: wl})
+    assert next_observation(lc, snap, now=T0 + 10 + CONFIG_GRACE - 1) is None
+    obs = next_observation(lc, snap, now=T0 + 10 + CONFIG_GRACE)
+    assert obs == CannotStart(
+        T0 + 10 + CONFIG_GRACE,
+        1,
+        'node 1: CreateContainerConfigError: secret "hf-token" not found',
+    )
+    step = lc.observe(obs)
+    assert [a.reason for a in step.actions] == [
+        'cannot start: node 1: CreateContainerConfigError: secret "hf-token" not found'
+    ]
+    # an image still being pulled is not a person's to mend: no observation
+    pulling = {
+        **stuck,
+        "status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]},
+    }
+    assert PodView.of(pulling).stuck is None

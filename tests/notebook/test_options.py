@@ -89,7 +89,8 @@ def test_spec_from_flags() -> None:
     job = build_job(
         parse_train_options(
             "--nodes 2 --gpus-per-node 4 --queue research --time-limit 90m --env A=1 --max-restarts 2 "
-            "--mixed-precision fp16 --name demo --image reg.example.com/t:1"
+            "--mixed-precision fp16 --name demo --image reg.example.com/t:1 "
+            "--secret hf-token --secret wandb --secret hf-token"
         ),
         BODY,
     )
@@ -109,6 +110,7 @@ def test_spec_from_flags() -> None:
             "maxRestarts": 2,
             "timeLimit": "90m",
             "hangTimeout": "30m",
+            "secrets": ["hf-token", "wandb"],
         },
     }
     assert gpu_hours_requested(job) == 12.0

@@ -38,6 +38,26 @@ log in; https names its certificate.
 {{- end -}}
 {{- end }}
 
+{{/*
+Namespaces by trust: each user namespace (notebooks, every team's) is a name of its own, apart
+from the release's; the teams' jobs reach the run store through a volume or the admin's claims.
+*/}}
+{{- define "aviflow.validateNamespaces" -}}
+{{- $seen := dict .Release.Namespace "the release" -}}
+{{- $notebooks := include "aviflow.notebooksNamespace" . -}}
+{{- if hasKey $seen $notebooks }}{{ fail (printf "namespaces.notebooks: %s is the release's namespace; users' notebooks run apart from the control plane" $notebooks) }}{{ end -}}
+{{- $_ := set $seen $notebooks "the notebooks" -}}
+{{- range .Values.teams -}}
+{{- $ns := include "aviflow.teamNamespace" (dict "root" $ "team" .) -}}
+{{- if gt (len $ns) 63 }}{{ fail (printf "teams[%s]: namespace %s is longer than 63 characters; set teams[].namespace" .name $ns) }}{{ end -}}
+{{- if hasKey $seen $ns }}{{ fail (printf "teams[%s]: namespace %s is already %s's namespace; each team's jobs run in a namespace of their own" .name $ns (get $seen $ns)) }}{{ end -}}
+{{- $_ := set $seen $ns (printf "team %s" .name) -}}
+{{- end -}}
+{{- if and .Values.teams (not (or .Values.runStore.volume .Values.runStore.existingClaim)) -}}
+{{ fail "runStore: the teams' jobs run in their own namespaces and a claim cannot cross namespaces; set runStore.volume (a PersistentVolume source: an NFS export, a CSI volume) or runStore.existingClaim (a claim of that name in the release's namespace and every team's)" }}
+{{- end -}}
+{{- end }}
+
 {{/* A cluster-scoped name unique to this release: <release>-<name>. */}}
 {{- define "aviflow.clusterName" -}}
 {{ printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" }}
@@ -63,6 +83,7 @@ Mirrors HubConfig's own validators (hub/aviflow_hub/config.py), which the hub ru
 {{- end -}}
 {{- end -}}
 {{- include "aviflow.validateAccess" . -}}
+{{- include "aviflow.validateNamespaces" . -}}
 {{- range .Values.profiles -}}
 {{- $slug := .slug -}}
 {{- range (.groups | default list) -}}
@@ -73,9 +94,40 @@ Mirrors HubConfig's own validators (hub/aviflow_hub/config.py), which the hub ru
 {{- end -}}
 {{- end }}
 
-{{/* The run store's claim: the release's, or runStore.existingClaim. */}}
+{{/* The run store's claim (in every namespace that mounts it): the chart's, or runStore.existingClaim. */}}
 {{- define "aviflow.runsClaim" -}}
 {{ .Values.runStore.existingClaim | default (printf "%s-runs" .Release.Name) }}
+{{- end }}
+
+{{/* The notebooks' namespace: namespaces.notebooks, or <release>-notebooks. */}}
+{{- define "aviflow.notebooksNamespace" -}}
+{{ .Values.namespaces.notebooks | default (printf "%s-notebooks" .Release.Name) }}
+{{- end }}
+
+{{/* A team's namespace (dict "root" $ "team" .): teams[].namespace, or <release>-<name>. */}}
+{{- define "aviflow.teamNamespace" -}}
+{{ .team.namespace | default (printf "%s-%s" .root.Release.Name .team.name) }}
+{{- end }}
+
+{{/* queue -> its team's namespace (JSON): api.kubernetes.queueNamespaces. */}}
+{{- define "aviflow.queueNamespaces" -}}
+{{- $out := dict -}}
+{{- range .Values.teams }}{{ $_ := set $out .queue (include "aviflow.teamNamespace" (dict "root" $ "team" .)) }}{{ end -}}
+{{- toJson $out -}}
+{{- end }}
+
+{{/* The namespaces jobs run in (JSON list): the teams', or without teams the release's. */}}
+{{- define "aviflow.jobNamespaces" -}}
+{{- $out := list -}}
+{{- range .Values.teams }}{{ $out = append $out (include "aviflow.teamNamespace" (dict "root" $ "team" .)) }}{{ end -}}
+{{- if not $out }}{{ $out = list .Release.Namespace }}{{ end -}}
+{{- toJson $out -}}
+{{- end }}
+
+{{/* The run store's claims: a namespace mounts it where aviflow-api, the controller or jobs run (JSON list). */}}
+{{- define "aviflow.runsNamespaces" -}}
+{{- $jobs := include "aviflow.jobNamespaces" . | fromJsonArray -}}
+{{- toJson (prepend $jobs .Release.Namespace | uniq) -}}
 {{- end }}
 
 {{/*
@@ -86,6 +138,7 @@ the same.
 {{- define "aviflow.clusterSettings" -}}
 {{- $settings := deepCopy (.Values.api.kubernetes | default dict) -}}
 {{- $_ := set $settings "namespace" .Release.Namespace -}}
+{{- $_ := set $settings "queueNamespaces" (include "aviflow.queueNamespaces" . | fromJson) -}}
 {{- $_ := set $settings "runs" (dict "claimName" (include "aviflow.runsClaim" .) "mountPath" "/aviflow/runs" "localPath" "/aviflow/runs") -}}
 {{- if not (hasKey $settings "gpuResource") }}{{ $_ := set $settings "gpuResource" .Values.kueue.gpuResource }}{{ end -}}
 {{- $_ := set $settings "networkPolicy" .Values.networkPolicy -}}
@@ -96,12 +149,12 @@ the same.
 {{- toJson $settings -}}
 {{- end }}
 
-{{/* Where the hub's API and aviflow-api listen, by Service name (notebooks and the proxy use them). */}}
+{{/* Where the hub's API and aviflow-api listen, by Service name (notebooks, in their own namespace, and the proxy use them). */}}
 {{- define "aviflow.hubUrl" -}}
-{{ printf "http://%s-hub:8081" .Release.Name }}
+{{ printf "http://%s-hub.%s.svc:8081" .Release.Name .Release.Namespace }}
 {{- end }}
 {{- define "aviflow.apiUrl" -}}
-{{ printf "http://%s-api:8088" .Release.Name }}
+{{ printf "http://%s-api.%s.svc:8088" .Release.Name .Release.Namespace }}
 {{- end }}
 
 {{/*
@@ -117,7 +170,7 @@ strict loader; a key it does not know stops them with its name.
 {{- $_ := set $hub "hubConnectUrl" (include "aviflow.hubUrl" .) -}}
 {{- $_ := set $hub "dataDir" "/srv/jupyterhub" -}}
 {{- $_ := set $hub "spawner" "kubernetes" -}}
-{{- $_ := set $hub "namespace" .Release.Namespace -}}
+{{- $_ := set $hub "namespace" (include "aviflow.notebooksNamespace" .) -}}
 {{- $_ := set $hub "notebookBind" "podIP" -}}
 {{- $api := deepCopy .Values.api -}}
 {{- $_ := set $api "bind" "0.0.0.0" -}}
