@@ -6,6 +6,7 @@ from the Go module proxy (``make helm``; cached like the control-plane binaries)
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aviflow_hub.config import HubConfig
 from aviflow_testcluster import _build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,3 +61,13 @@ def render(helm: Path, tmp_path: Path) -> Render:
         return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
     return run
+
+
+def doc(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    [found] = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def hub_config_of(docs: list[dict[str, Any]]) -> HubConfig:
+    secret = doc(docs, "Secret", "aviflow-hub")
+    return HubConfig.from_yaml(base64.b64decode(secret["data"]["hub.yaml"]).decode())
