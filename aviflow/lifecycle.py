@@ -198,8 +198,12 @@ Action = StartAttempt | StopAttempt
 
 class _Why(Enum):
     FAILURE = "failure"
+    CANNOT_START = "cannot start"  # a failure whose record is the reason: no rank ever ran
     CANCEL = "cancel"
     TIMEOUT = "timeout"
+
+
+_FAILING = (_Why.FAILURE, _Why.CANNOT_START)  # a cancel still takes over from these
 
 
 @dataclass(frozen=True)
@@ -277,7 +281,7 @@ class Lifecycle:
             case Hung() if obs.attempt == self.attempt and self.state.is_active():
                 return self._stop(_Why.FAILURE, f"hung: {obs.reason}")
             case CannotStart() if obs.attempt == self.attempt and self.state.is_active():
-                return self._stop(_Why.FAILURE, f"cannot start: {obs.reason}")
+                return self._stop(_Why.CANNOT_START, f"cannot start: {obs.reason}")
             case AttemptEnded() if obs.attempt == self.attempt and self.state.is_active():
                 return self._ended(obs)
             case CancelRequested():
@@ -316,7 +320,7 @@ class Lifecycle:
     def _cancel(self, obs: CancelRequested) -> Step:
         obs = replace(obs, message=obs.message[:MAX_CANCEL_MESSAGE] or "cancelled")
         if self.state.is_active():
-            if self.stopping is not None and self.stopping[0] is not _Why.FAILURE:
+            if self.stopping is not None and self.stopping[0] not in _FAILING:
                 return Step(self)
             lc = replace(self, stopping=(_Why.CANCEL, obs.message))
             return Step(lc, [], [StopAttempt(self.attempt, obs.message)])
@@ -357,6 +361,8 @@ class Lifecycle:
         if why is None and all(code == 0 for code in obs.codes.values()):
             return self._emit([Event(EventType.SUCCEEDED, n, "all ranks finished", obs.time)])
         failure = obs.failure or FailureInfo(message=reason or "the attempt failed")
+        if why is _Why.CANNOT_START:  # no rank ran, so no record or log says more than this
+            failure = FailureInfo(message=reason)
         if failure.attempt == 0:
             failure = replace(failure, attempt=n)
         data = {"failure": failure.to_dict()}

@@ -32,6 +32,7 @@ from aviflow.lifecycle import (
     Action,
     AttemptEnded,
     CancelRequested,
+    CannotStart,
     Hung,
     Lifecycle,
     Lost,
@@ -296,6 +297,10 @@ class Controller:
                 feed(Hung(now, lc.attempt, hung.message))
         for _ in range(MAX_STEPS):
             obs = next_observation(lc, snap, now)
+            if isinstance(obs, CannotStart) and run.hang(obs.attempt) is None:
+                # declared, as a hang is: when the pods are gone, it is the attempt's failure
+                why = FailureInfo(attempt=obs.attempt, message=f"cannot start: {obs.reason}")
+                run.write_hang(why)
             if isinstance(obs, AttemptEnded) and not all(c == 0 for c in obs.codes.values()):
                 failure = self._failure(cell, run, job, obs)
                 obs = AttemptEnded(obs.time, obs.attempt, obs.codes, failure)

@@ -237,7 +237,8 @@ class RunDir:
         return self.stacks_dir / f"attempt-{int(attempt)}.requested"
 
     def hang_path(self, attempt: int) -> Path:
-        """The hang the driver declared for ``attempt`` (a FailureInfo; control part)."""
+        """The failure the driver declared for ``attempt``: a hang, or pods that cannot start
+        (a FailureInfo; control part)."""
         return self.path / "hangs" / f"attempt-{int(attempt)}.json"
 
     def checkpoint_dir(self, step: int) -> Path:
@@ -439,7 +440,7 @@ class RunDir:
             log.warning("job %s: cannot ask for stacks: %s", self.id, str(exc)[:300])
 
     def hang(self, attempt: int) -> FailureInfo | None:
-        """The hang the driver declared for ``attempt``, if it did."""
+        """The failure (a hang, pods that cannot start) the driver declared for ``attempt``."""
         data = self.read_json(self.hang_path(attempt), None)
         try:
             return FailureInfo.from_dict(data) if isinstance(data, dict) else None

@@ -19,7 +19,7 @@ from aviflow.operator._observe import (
     WorkloadView,
     next_observation,
 )
-from aviflow.records import EventType
+from aviflow.records import EventType, FailureInfo
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -162,9 +162,14 @@ def test_a_pod_that_cannot_start_until_someone_acts_fails_the_attempt_after_the_
         'node 1: CreateContainerConfigError: secret "hf-token" not found',
     )
     step = lc.observe(obs)
-    assert [a.reason for a in step.actions] == [
-        'cannot start: node 1: CreateContainerConfigError: secret "hf-token" not found'
-    ]
+    reason = 'cannot start: node 1: CreateContainerConfigError: secret "hf-token" not found'
+    assert [a.reason for a in step.actions] == [reason]
+    # the pods go; no rank ran, so the reason is the failure's record, whatever else is found
+    generic = FailureInfo(message="the attempt failed without a failure record or exit code")
+    end = step.lifecycle.observe(AttemptEnded(T0 + 40, 1, {0: None, 1: None}, generic))
+    [failed] = end.events
+    assert failed.type is EventType.FAILED
+    assert failed.data["failure"]["message"] == reason
     # an image still being pulled is not a person's to mend: no observation
     pulling = {
         **stuck,

@@ -590,14 +590,37 @@ def test_a_job_reads_its_teams_secret_by_name_and_no_record_keeps_the_value(
     assert run_dir is not None
     kept = [p for p in run_dir.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
     assert kept == []
-    missing = api.submit(job("no-secret", "not-there"), pool.backend)
-    assert missing.wait(timeout=180) is JobState.FAILED
+    # another team's Secret (in its own namespace) is not there for this job
+    other = pool.cluster.create_namespace()
+    try:
+        pool.cluster.kubectl(
+            "create", "secret", "generic", "theirs", "--from-literal=HF_TOKEN=x", "-n", other
+        )
+        missing = api.submit(job("no-secret", "theirs"), pool.backend)
+        assert missing.wait(timeout=180) is JobState.FAILED
+    finally:
+        pool.cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
     failure = missing.failure
     assert failure is not None
     assert failure.message == (
-        'cannot start: node 0: CreateContainerConfigError: secret "not-there" not found'
+        'cannot start: node 0: CreateContainerConfigError: secret "theirs" not found'
     ), failure
-    wait_for(lambda: pool.leftovers()["pods"] == [], 60, "the stuck pod is gone")
+    wait_for(
+        lambda: (
+            not pool.cluster.kubectl(
+                "get",
+                "pods",
+                "-n",
+                pool.namespace,
+                "-l",
+                f"aviflow.dev/job={missing.id}",
+                "-o",
+                "name",
+            ).stdout.split()
+        ),
+        60,
+        "the stuck pod is gone",
+    )
 
 
 def test_each_team_runs_in_its_own_namespace(make_pool: Any) -> None:
@@ -631,7 +654,15 @@ def test_each_team_runs_in_its_own_namespace(make_pool: Any) -> None:
     assert [(q.queue, q.gpu_quota) for q in pool.backend.queues()] == [("nlp", 2), ("vision", 2)]
     assert slow.cancel()
     assert slow.status is JobState.CANCELLED
-    wait_for(lambda: pool.leftovers()["pods"] == [], 60, "the cancelled job's pods are gone")
+    wait_for(
+        lambda: (
+            not pool.cluster.kubectl(
+                "get", "pods", "-n", spaces["nlp"], "-l", f"aviflow.dev/job={slow.id}", "-o", "name"
+            ).stdout.split()
+        ),
+        60,
+        "the cancelled job's pods are gone",
+    )
     before = sorted(p.name for p in pool.root.rglob("*"))
     with pytest.raises(SpecError, match="queue 'research' is no team's queue; use one of nlp"):
         api.submit(tiny("lost", "research", nodes=1, gpus=1), pool.backend)
