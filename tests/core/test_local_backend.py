@@ -153,3 +153,12 @@ def test_quotas_must_be_gpu_counts(run_root):
         BackendError, match=r"queue quotas must be GPU counts >= 0, got \{'a': -1\}"
     ):
         LocalBackend(root=run_root, quotas={"a": -1})
+
+
+def test_secrets_are_refused_locally_before_anything_is_written(local_backend):
+    job = TrainJob.from_dict(
+        {"metadata": {"name": "s"}, "spec": {"script": "pass", "secrets": ["hf-token"]}}
+    )
+    with pytest.raises(BackendError, match=r"spec.secrets \(hf-token\) are Kubernetes Secrets"):
+        local_backend.submit(job, build_bundle(job))
+    assert local_backend.list_ids() == []

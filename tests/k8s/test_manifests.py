@@ -320,6 +320,14 @@ def test_each_queue_runs_in_its_teams_namespace(
     assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert {d["metadata"]["namespace"] for d in docs} == {"team-vision"}
+    # --secret adds to spec.secrets: the ranks get each Secret's keys, by name only
+    assert (
+        main(["--backend", "kubernetes", "submit", str(spec), "--dry-run", "--secret", "hf"]) == 0
+    )
+    [tj, *_, attempt] = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert tj["spec"]["secrets"] == ["hf"]
+    [container] = attempt["spec"]["template"]["spec"]["containers"]
+    assert container["envFrom"] == [{"secretRef": {"name": "hf"}}]
     spec.write_text(BIG.with_changes(queue="nlp").to_yaml())
     assert main(["--backend", "kubernetes", "submit", str(spec), "--dry-run"]) == 2
     assert "queue 'nlp' is no team's queue; use one of " in capsys.readouterr().err
