@@ -30,24 +30,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, images)
+from aviflow_pool import pool_objects, run_store_volume
+from kubernetes import client
+
+import aviflow
+from aviflow.backends.kubernetes import KubernetesBackend
+from aviflow.backends.local import LocalBackend
+from aviflow.bundle import build_bundle
+from aviflow.k8s import manifests as m
+from aviflow.k8s.crd import committed
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.operator import Controller
+from aviflow.spec import TrainJob
+from aviflow.store import RunStore
+from aviflow_testcluster import Cluster, wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests" / "cluster"), str(ROOT / "tests" / "k8s")]
-
-from aviflow_pool import pool_objects, run_store_volume  # noqa: E402
-from kubernetes import client  # noqa: E402
-
-import aviflow  # noqa: E402
-from aviflow.backends.kubernetes import KubernetesBackend  # noqa: E402
-from aviflow.backends.local import LocalBackend  # noqa: E402
-from aviflow.bundle import build_bundle  # noqa: E402
-from aviflow.k8s import manifests as m  # noqa: E402
-from aviflow.k8s.crd import committed  # noqa: E402
-from aviflow.k8s.settings import ClusterSettings  # noqa: E402
-from aviflow.operator import Controller  # noqa: E402
-from aviflow.spec import TrainJob  # noqa: E402
-from aviflow.store import RunStore  # noqa: E402
-from aviflow_testcluster import Cluster, wait_for  # noqa: E402
-
 TEAMS = [f"team-{i}" for i in range(4)]
 
 
