@@ -20,7 +20,7 @@ running; p50 and p99; admissions per second over a burst; then TrainJob / plain 
 condition times have whole seconds only. Also submit -> first training step of a 2 x 2 job
 on the cluster vs the local backend (``--no-first-step`` leaves it out).
 
-    .venv/bin/python bench/admission.py [--room-jobs 20] [--singles 5] [--jobs 64]
+    .venv/bin/python bench/admission.py [--room-jobs 20] [--singles 5] [--jobs 64] [--workers N]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -292,12 +292,13 @@ class Bench:
                 f"ClusterQueue {name} Active",
             )
 
-    def start_controller(self) -> None:
+    def start_controller(self, workers: int | None = None) -> None:
         log = self.work / "controller.log"
         self.controller = subprocess.Popen(
             [
                 sys.executable, "-m", "aviflow.operator", "--settings",
                 str(self.work / "settings.yaml"), "--kubeconfig", str(self.cluster.kubeconfig),
+                *(["--workers", str(workers)] if workers else []),
             ],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -399,6 +400,7 @@ def main() -> int:
     parser.add_argument("--room-jobs", type=int, default=20, help="the burst with room")
     parser.add_argument("--singles", type=int, default=5, help="jobs one at a time, each kind")
     parser.add_argument("--jobs", type=int, default=64, help="the saturated burst")
+    parser.add_argument("--workers", type=int, help="the controller's (default: its own)")
     parser.add_argument("--no-first-step", dest="first_step", action="store_false")
     args = parser.parse_args()
     if args.room_jobs >= len(TEAMS) * GPUS_PER_TEAM:
@@ -410,7 +412,7 @@ def main() -> int:
     try:
         bench = Bench(cluster, work)
         bench.observer.start()
-        bench.start_controller()
+        bench.start_controller(args.workers)
         lines = []
         for scenario, run in (
             (f"room burst ({args.room_jobs})", lambda s: bench.burst(s, args.room_jobs)),
@@ -426,6 +428,7 @@ def main() -> int:
         for line in lines:
             print(line, flush=True)
         print(f"(the whole run: {(time.monotonic() - started) / 60:.1f} min)", flush=True)
+        print(f"logs (the controller's, the control plane's): {work}", file=sys.stderr)
     finally:
         if bench is not None:
             bench.stop_controller()
