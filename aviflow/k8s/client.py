@@ -8,9 +8,13 @@ from typing import Any
 from aviflow.errors import BackendError
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+def api_client(
+    kubeconfig: str | None = None, context: str | None = None, connections: int | None = None
+) -> Any:
     """A new ``kubernetes.client.ApiClient``: from ``kubeconfig`` (default: ``KUBECONFIG``
-    or ``~/.kube/config``) when one exists, else in-cluster (the service account)."""
+    or ``~/.kube/config``) when one exists, else in-cluster (the service account).
+    ``connections``: how many it keeps open to the API server at once (the client's default
+    is 5 per CPU; a caller with more threads in calls, each watch holding one, says so)."""
     try:
         from kubernetes import client, config
     except ImportError:
@@ -31,4 +35,6 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
             f"cannot configure a Kubernetes client ({exc}); set 'kubeconfig' in the kubernetes "
             "settings or KUBECONFIG, or run inside the cluster"
         ) from None
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
