@@ -15,6 +15,7 @@ Optional (defaults here)
     ``from_config(section)`` (build from one config section: the hub's ``api.<name>``, later
     the Helm values), ``start()`` / ``stop()`` (a backend-owned controller or watcher),
     ``reconcile(ids)`` (record what only the backend can notice, e.g. a dead supervisor),
+    ``request_cancel(id)`` (ask for the end and return at once; default: ``cancel``),
     ``summaries(limit)`` (one record per job for list views), ``quota(queue)`` and
     ``queues()``, ``images()`` (the trainer images ``--image`` may pick, the first being
     the default), ``render(job)`` (the manifests or argv it would create),
@@ -89,8 +90,9 @@ class Backend(ABC):
 
     @abstractmethod
     def cancel(self, job_id: str, by: str | None = None) -> bool:
-        """Stop the job and every process or object it has; False if it had already finished.
-        ``by``: who asked (recorded on the ``CANCELLED`` event; default: this OS user)."""
+        """Stop the job and every process or object it has, and return once it has ended;
+        False if it had already finished. ``by``: who asked (recorded on the ``CANCELLED``
+        event; default: this OS user)."""
 
     @abstractmethod
     def list_ids(self, newest: int | None = None) -> list[str]:
@@ -131,6 +133,12 @@ class Backend(ABC):
         """Failure records of ranks that raised, earliest first."""
 
     # -- optional --------------------------------------------------------------------------------
+    def request_cancel(self, job_id: str, by: str | None = None) -> bool:
+        """Ask for the job to be stopped and return without waiting for its end (a server
+        must not hold a worker for it); the job's status follows, ``CANCELLED`` once it has
+        stopped. False if it had already finished. Default: :meth:`cancel`, which waits."""
+        return self.cancel(job_id, by)
+
     def reconcile(self, job_ids: Iterable[str] | None = None) -> list[str]:
         """Record what only this backend can notice (default: nothing); the ids it changed."""
         return []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -48,6 +49,8 @@ API_URL_ENV = "AVIFLOW_API_URL"
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
 USER_ENV = "JUPYTERHUB_USER"  # the hub user a spawned notebook server belongs to
 RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
+CANCEL_WAIT = 180.0  # seconds cancel() reads the status for the end (a cluster may take 120)
+CANCEL_POLL = 0.5
 
 
 class HubBackend(Backend):
@@ -136,10 +139,34 @@ class HubBackend(Backend):
     def status(self, job_id: str) -> JobStatus:
         return JobStatus.from_dict(self._job(job_id, "status"))
 
-    def cancel(self, job_id: str, by: str | None = None) -> bool:
-        """``by`` is ignored: aviflow-api records the hub user the token belongs to."""
+    def request_cancel(self, job_id: str, by: str | None = None) -> bool:
+        """One ``POST jobs/{id}/cancel``: aviflow-api asks the backend and answers at once
+        (202). ``by`` is ignored: aviflow-api records the hub user the token belongs to."""
         found = self.request("POST", f"jobs/{quote(job_id, safe='')}/cancel", {})
         return bool(found["cancelled"])
+
+    def cancel(self, job_id: str, by: str | None = None) -> bool:
+        """:meth:`request_cancel`, then read the job's status until it has ended (a status
+        read that aviflow-api refuses as busy, 503, is read again), at most
+        :data:`CANCEL_WAIT` seconds."""
+        if not self.request_cancel(job_id, by):
+            return False
+        deadline = time.monotonic() + CANCEL_WAIT
+        state = "unknown"
+        while time.monotonic() < deadline:
+            try:
+                status = self.status(job_id)
+            except BackendUnavailable as exc:
+                state = f"unknown ({exc})"
+            else:
+                if status.state.is_finished():
+                    return True
+                state = status.state.value
+            time.sleep(CANCEL_POLL)
+        raise BackendError(
+            f"cancel of {job_id}: asked for, but the job has not ended in {CANCEL_WAIT:.0f}s "
+            f"(state: {state}); read its status again later"
+        )
 
     def list_ids(self, newest: int | None = None) -> list[str]:
         return [s.id for s in reversed(self.summaries(newest))]

@@ -11,6 +11,9 @@ applies the same ones.
 ``status()`` is a plain read. A job whose supervisor died shows as FAILED at once, and
 ``reconcile()`` records it (stopping what is left of it); :meth:`LocalBackend.start` runs
 ``reconcile()`` in the background, as the hub's service does.
+
+``cancel()`` asks the job's supervisor to stop it and waits until it has (a minute at most);
+``request_cancel()`` only asks, for a server that must not wait (aviflow-api).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ QUEUE_LOCK = ".queue.lock"
 # A job whose supervisor has not reported yet is still being submitted, not orphaned.
 SUPERVISOR_START_GRACE = 60.0
 RECONCILE_SECONDS = 2.0
+CANCEL_WAIT = 60.0  # seconds cancel() gives the supervisor to stop the job
 ORPHAN_MESSAGE = "the job supervisor exited unexpectedly; see supervisor.log"
 
 
@@ -232,14 +236,8 @@ class LocalBackend(StoreReads, Backend):
         if not self._alive_or_starting(run):  # it ended (its supervisor died) before the cancel
             self._reap_orphan(run)
             return False
-        atomic_write(run.cancel_request, f"cancelled by {by or getpass.getuser()}".encode())
-        info = read_json(run.supervisor_info, {})
-        if info.get("pid") and _procs.is_locked(run.supervisor_lock):
-            try:
-                os.kill(info["pid"], 15)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 60
+        self._ask_supervisor(run, by)
+        deadline = time.monotonic() + CANCEL_WAIT
         while time.monotonic() < deadline and _procs.is_locked(run.supervisor_lock):
             time.sleep(0.1)
         if not run.status().state.is_finished():
@@ -249,6 +247,16 @@ class LocalBackend(StoreReads, Backend):
             raise BackendError(
                 f"cancel of {run.id}: processes {[p.pid for p in left]} survived SIGKILL"
             )
+        return True
+
+    def request_cancel(self, job_id: str, by: str | None = None) -> bool:
+        """Leave the cancel request in the job's directory and signal its supervisor, which
+        stops the job and records ``CANCELLED``; False if the job had already finished (a
+        job whose supervisor died has: :meth:`reconcile` records it)."""
+        run = self.run_dir(job_id)
+        if run.status().state.is_finished() or not self._alive_or_starting(run):
+            return False
+        self._ask_supervisor(run, by)
         return True
 
     def quota(self, queue: str) -> QueueQuota | None:
@@ -334,8 +342,21 @@ class LocalBackend(StoreReads, Backend):
             return False
         return time.time() - submitted < SUPERVISOR_START_GRACE
 
+    @staticmethod
+    def _ask_supervisor(run: RunDir, by: str | None) -> None:
+        """The cancel request (who asked) in the job's directory, and SIGTERM to its
+        supervisor (one not started yet reads the request when it starts)."""
+        atomic_write(run.cancel_request, f"cancelled by {by or getpass.getuser()}".encode())
+        info = read_json(run.supervisor_info, {})
+        if info.get("pid") and _procs.is_locked(run.supervisor_lock):
+            try:
+                os.kill(info["pid"], 15)
+            except ProcessLookupError:
+                pass
+
     def _reap_orphan(self, run: RunDir, cancelled: bool = False) -> bool:
-        """The supervisor is gone but the job is not finished: stop what is left, record it."""
+        """The supervisor is gone but the job is not finished: stop what is left, record it
+        (as cancelled when a cancel was asked for: its supervisor died on the way)."""
         lock = _procs.FileLock(run.supervisor_lock)
         if not lock.acquire(blocking=False):
             return False  # a supervisor (or another reaper) is alive after all
@@ -345,7 +366,12 @@ class LocalBackend(StoreReads, Backend):
             pgids = read_json(run.processes_path, {}).get("pgids", [])
             _procs.stop_job(run.id, pgids)
             lc = Lifecycle.from_events(Policy.from_spec(run.spec().spec), run.events().items)
-            message = "cancelled" if cancelled else ORPHAN_MESSAGE
+            try:
+                asked = run.cancel_request.read_bytes()[:4096].decode("utf-8", "replace").strip()
+            except FileNotFoundError:
+                asked = ""
+            cancelled = cancelled or bool(asked)
+            message = (asked or "cancelled") if cancelled else ORPHAN_MESSAGE
             step = lc.observe(Lost(time.time(), message, cancelled=cancelled))
             run.record(step.events, step.lifecycle.status())
             return True
