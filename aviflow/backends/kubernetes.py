@@ -5,13 +5,18 @@ then creates the TrainJob named by the job's id; the controller (``python -m
 aviflow.operator``) does the rest and is the only writer of the job's events. A TrainJob the
 API server refuses leaves nothing behind (the directory is removed). Reads come from the
 run store as with the local backend (metrics, per-rank logs and checkpoints are written
-there by the pods); ``cancel`` asks the controller through the TrainJob's
-``aviflow.dev/cancel`` annotation and waits until the job has ended. ``render`` is the
-exact objects (``--dry-run``).
+there by the pods); ``request_cancel`` asks the controller through the TrainJob's
+``aviflow.dev/cancel`` annotation, and ``cancel`` then waits until the job has ended.
+``render`` is the exact objects (``--dry-run``).
+
+Every call to the API server has a timeout (``apiTimeout``, default 5 s to connect and 30 s
+for the answer; :func:`~aviflow.k8s.client.api_client`): an API server that does not answer
+in time is a :class:`~aviflow.errors.BackendUnavailable` saying so (503 in aviflow-api).
 
 Settings (one section: ``api.kubernetes`` in the hub config, or a YAML file named by
 ``AVIFLOW_K8S_CONFIG``): :class:`~aviflow.k8s.settings.ClusterSettings` plus ``kubeconfig``
-and ``context`` (default: ``KUBECONFIG``, then in-cluster).
+and ``context`` (default: ``KUBECONFIG``, then in-cluster) and ``apiTimeout``
+(:class:`~aviflow.k8s.settings.ApiTimeout`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from __future__ import annotations
 import getpass
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from aviflow.backends._store import StoreReads
@@ -27,10 +33,10 @@ from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import AviflowError, BackendError
 from aviflow.k8s import manifests as m
-from aviflow.k8s.client import api_client
+from aviflow.k8s.client import api_client, unreachable
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads, queue_quota
-from aviflow.k8s.settings import ClusterSettings
+from aviflow.k8s.settings import ApiTimeout, ClusterSettings
 from aviflow.names import slugify
 from aviflow.records import JobStatus, Owner, QueueQuota, TrainerImage
 from aviflow.spec import TrainJob
@@ -53,12 +59,14 @@ class KubernetesBackend(StoreReads, Backend):
         kubeconfig: str | None = None,
         context: str | None = None,
         api: Any = None,
+        api_timeout: ApiTimeout | None = None,
     ) -> None:
         self.settings = settings or ClusterSettings()
         root = self.settings.runs.local_path or os.environ.get(RUNS_MOUNT_ENV)
         self.store = RunStore(root)
         self._api = api
         self._kubeconfig, self._context = kubeconfig, context
+        self.api_timeout = api_timeout or ApiTimeout()
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> KubernetesBackend:
@@ -66,7 +74,13 @@ class KubernetesBackend(StoreReads, Backend):
         if not data and os.environ.get(CONFIG_ENV):
             return cls(ClusterSettings.load(os.environ[CONFIG_ENV]))
         kubeconfig, context = data.pop("kubeconfig", None), data.pop("context", None)
-        return cls(ClusterSettings.from_dict(data), kubeconfig=kubeconfig, context=context)
+        timeout = ApiTimeout.from_dict(data.pop("apiTimeout", None))
+        return cls(
+            ClusterSettings.from_dict(data),
+            kubeconfig=kubeconfig,
+            context=context,
+            api_timeout=timeout,
+        )
 
     def __repr__(self) -> str:
         return f"KubernetesBackend(namespace={self.settings.namespace!r}, store={str(self.store.root)!r})"
@@ -74,8 +88,20 @@ class KubernetesBackend(StoreReads, Backend):
     @property
     def api(self) -> Any:
         if self._api is None:
-            self._api = api_client(self._kubeconfig, self._context)
+            self._api = api_client(self._kubeconfig, self._context, timeout=self.api_timeout)
         return self._api
+
+    @contextmanager
+    def _calling(self, what: str) -> Iterator[None]:
+        """An API server that cannot be reached or does not answer in time, during the
+        calls inside, is a BackendUnavailable naming ``what`` was being done."""
+        try:
+            yield
+        except Exception as exc:
+            error = unreachable(exc, what, self._api)
+            if error is None:
+                raise
+            raise error from None
 
     def _custom(self) -> Any:
         from kubernetes import client
@@ -104,7 +130,10 @@ class KubernetesBackend(StoreReads, Backend):
         ref = m.JobRef(run.id, "", run.path.parent.name, owner.team)
         body = m.trainjob(job, ref, owner.user, settings)
         try:
-            custom.create_namespaced_custom_object(GROUP, VERSION, settings.namespace, PLURAL, body)
+            with self._calling(f"submitting {job.metadata.name!r}"):
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, settings.namespace, PLURAL, body
+                )
         except ApiException as exc:
             self.store.remove(run.id)
             raise BackendError(
@@ -118,7 +147,9 @@ class KubernetesBackend(StoreReads, Backend):
     def status(self, job_id: str) -> JobStatus:
         return self.run_dir(job_id).status()
 
-    def cancel(self, job_id: str, by: str | None = None) -> bool:
+    def request_cancel(self, job_id: str, by: str | None = None) -> bool:
+        """The TrainJob's ``aviflow.dev/cancel`` annotation, for the controller to act on;
+        False if the job had already finished."""
         from kubernetes.client.exceptions import ApiException
 
         run = self.run_dir(job_id)
@@ -129,11 +160,22 @@ class KubernetesBackend(StoreReads, Backend):
         recorded = run.meta().origin.get("namespace")  # where submit (or adoption) found it
         ns = recorded if isinstance(recorded, str) and recorded else self.settings.namespace
         try:
-            self._custom().patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job_id, patch)
+            with self._calling(f"cancel of {job_id}"):
+                self._custom().patch_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, job_id, patch
+                )
         except ApiException as exc:
             if exc.status != 404:
                 raise BackendError(f"cancel of {job_id}: {_reason(exc)}") from None
             # the TrainJob is gone: the controller records the end when it sees the deletion
+        return True
+
+    def cancel(self, job_id: str, by: str | None = None) -> bool:
+        """:meth:`request_cancel`, then wait (two minutes at most) until the controller has
+        stopped the job."""
+        if not self.request_cancel(job_id, by):
+            return False
+        run = self.run_dir(job_id)
         deadline = time.monotonic() + CANCEL_WAIT
         while time.monotonic() < deadline:
             if run.status().state.is_finished():
@@ -151,6 +193,10 @@ class KubernetesBackend(StoreReads, Backend):
         """Every LocalQueue of the jobs' namespaces (with ``queueNamespaces``, the teams'
         queues only) with its ClusterQueue's GPU quota and use, and the Aviflow jobs waiting
         in it in Kueue's order (its visibility API)."""
+        with self._calling("reading Kueue's queues"):
+            return self._queues()
+
+    def _queues(self) -> list[QueueQuota]:
         from kubernetes.client.exceptions import ApiException
 
         custom, teams = self._custom(), self.settings.queue_namespaces

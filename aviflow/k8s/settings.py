@@ -148,6 +148,27 @@ class EgressRule(StrictModel):
         return v
 
 
+class ApiTimeout(StrictModel):
+    """How long one call to the Kubernetes API server may take: an API server that stops
+    answering fails the call, it never holds the caller."""
+
+    connect: float = Field(5.0, gt=0, le=120, description="Seconds to connect (tried twice).")
+    read: float = Field(
+        30.0, gt=0, le=600, description="Seconds to wait for the answer once the call is sent."
+    )
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ApiTimeout:
+        if data is None:
+            return cls()
+        if isinstance(data, ApiTimeout):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise BackendError("bad apiTimeout: " + "; ".join(explain(exc, cls))) from None
+
+
 class ClusterSettings(StrictModel):
     """How TrainJobs become pods; see the module docstring."""
 

@@ -29,7 +29,7 @@ from aviflow._model import StrictModel, explain, storable_problems
 from aviflow._units import parse_quantity
 from aviflow.backends.local import DEFAULT_CAPACITY
 from aviflow.errors import AviflowError
-from aviflow.k8s.settings import ClusterSettings
+from aviflow.k8s.settings import ApiTimeout, ClusterSettings
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
@@ -359,6 +359,12 @@ class KubernetesSection(ClusterSettings):
 
     kubeconfig: str | None = Field(None, description="Default: KUBECONFIG, then in-cluster.")
     context: str | None = None
+    api_timeout: ApiTimeout = Field(
+        default_factory=ApiTimeout,
+        alias="apiTimeout",
+        description="How long aviflow-api's calls to the Kubernetes API server may take; one "
+        "that does not answer in time is a 503 saying so.",
+    )
 
 
 class ApiSection(StrictModel):
