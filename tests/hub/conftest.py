@@ -10,6 +10,8 @@
     ``hub_factory(cfg=None, env=None, ignore_sigint=False)`` -> another real hub like
     ``real_hub`` (any config dict, extra environment; ``ignore_sigint``: started with SIGINT
     ignored, as ``cmd &`` in a non-interactive shell starts it), stopped after the test.
+``module_hub_factory`` (module scope)
+    The same, for module-scoped fixtures: its hubs are stopped after the module.
 ``real_hub`` (module scope)
     A real JupyterHub process (configurable-http-proxy, the shared-password authenticator,
     local notebooks, aviflow-api on the local backend, the idle culler) on free ports in a
@@ -303,7 +305,7 @@ def start_hub(
     return hub
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def hub_config() -> Any:
     """``hub_config(**section_overrides)`` -> a config dict for two teams on free ports."""
     return base_config
@@ -315,6 +317,16 @@ def hub_factory() -> Iterator[Any]:
     (default config: :func:`base_config`; ``env`` is added to the hub's environment;
     ``ignore_sigint``: the hub starts with SIGINT ignored), each in its own temp dir; after the
     test all are stopped and no process may remain."""
+    yield from _hubs()
+
+
+@pytest.fixture(scope="module")
+def module_hub_factory() -> Iterator[Any]:
+    """``hub_factory`` for module-scoped fixtures: its hubs stop after the module."""
+    yield from _hubs()
+
+
+def _hubs() -> Iterator[Any]:
     started: list[tuple[Hub, Path]] = []
 
     def start(

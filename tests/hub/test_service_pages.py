@@ -345,7 +345,12 @@ def test_cancel_from_the_job_page_then_exact_usage(
         timeout=120,
     )
     assert (r.status_code, r.headers["Location"]) == (302, f"{BASE}jobs/{a}")
-    events = real_hub.call("GET", f"jobs/{a}/events", tokens["alice"]).json()["events"]
+
+    def ended() -> list[dict[str, Any]] | None:  # the cancel is asked for; the job ends after
+        events = real_hub.call("GET", f"jobs/{a}/events", tokens["alice"]).json()["events"]
+        return events if events[-1]["type"] == "CANCELLED" else None
+
+    events = real_hub.until(ended, "the job ends", 60)
     assert events[-1]["message"] == "cancelled by alice"
     real_hub.call("POST", f"jobs/{jobs['bob']}/cancel", tokens["bob"], json={})
 

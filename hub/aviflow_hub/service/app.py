@@ -6,7 +6,10 @@ and the service URL in the environment.
 
 The service builds its backend from the config (``api.backend`` and its section), starts it,
 and follows its change feed into the ledger every ``api.ingestEvery`` seconds
-(:class:`~aviflow_hub.service.ingest.Ingest`); request handlers only read. Handlers, one
+(:class:`~aviflow_hub.service.ingest.Ingest`); request handlers only read. Blocking calls
+run in lanes, bounded thread pools by kind (:mod:`.lanes`: the ledger, the backend's reads,
+submissions and cancels, the change feed), so a backend that stalls never holds the ledger's
+listings; a lane with no free worker answers 503 with Retry-After. Handlers, one
 module per concern: :mod:`.jobs`, :mod:`.parts`, :mod:`.queues`, :mod:`.pages` (their HTML in
 :mod:`.page_html`); shared authentication, errors and parameters in :mod:`.base` and
 :mod:`.params`.
@@ -108,7 +111,7 @@ async def serve(config_path: str) -> None:
             return
         async with busy:
             try:
-                await ctx.run(feed.step)
+                await ctx.lanes.ingest.run(feed.step)
             except Exception:
                 log.exception("reading the change feed into the ledger failed")
 

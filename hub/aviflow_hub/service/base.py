@@ -9,6 +9,8 @@ Every error is answered as JSON: ``{"status", "error": <class name>, "message", 
 (:meth:`aviflow.errors.AviflowError.to_wire`, cut to a few KB), which
 :func:`aviflow.errors.from_wire` raises again in the notebook as the same class. Routes that
 do not exist answer the same way (:class:`NotFound`, the application's default handler).
+A 503 (BackendUnavailable: a busy lane, a backend that did not answer in time) carries
+``Retry-After``.
 
 Every response, pages, JSON, CSV and redirects alike, errors included, carries
 :data:`SECURITY_HEADERS` (:class:`SecurityHeaders`): a Content-Security-Policy that allows no
@@ -38,6 +40,7 @@ from aviflow.records import JobSummary
 from aviflow_hub import authz
 from aviflow_hub.authz import JobRef, Principal
 from aviflow_hub.service.context import ServiceContext
+from aviflow_hub.service.lanes import RETRY_AFTER
 from aviflow_hub.service.params import check_job_id, parse_int
 
 log = logging.getLogger("aviflow_hub.service")
@@ -98,6 +101,12 @@ class SecurityHeaders(RequestHandler):
         for name, value in SECURITY_HEADERS.items():
             self.set_header(name, value)
 
+    def set_error_status(self, status: int, exc: BaseException | None) -> None:
+        """The error's status, and for a 503 when to try again."""
+        self.set_status(status)
+        if status == 503:
+            self.set_header("Retry-After", str(getattr(exc, "retry_after", RETRY_AFTER)))
+
 
 class JsonErrors(SecurityHeaders):
     """Errors as JSON bodies (see the module docstring); AviflowErrors logged as one line."""
@@ -105,7 +114,7 @@ class JsonErrors(SecurityHeaders):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         status, body = wire_error(exc, status_code, self._reason)
-        self.set_status(status)
+        self.set_error_status(status, exc)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
 
@@ -202,7 +211,7 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
         A job the ledger does not have is 404: the change feed adds jobs within a second,
         and a submission records its job at once."""
         check_job_id(job_id)
-        found = await self.ctx.run(self.ctx.ledger.job, job_id)
+        found = await self.ctx.lanes.ledger.run(self.ctx.ledger.job, job_id)
         if found is None:
             raise JobNotFound(f"no job {job_id!r}")
         ref = JobRef(found.id, user=found.user, team=found.team, queue=found.queue)

@@ -1,17 +1,17 @@
-"""What every aviflow-api handler shares: config, backend, ledger, hub auth, a thread pool.
+"""What every aviflow-api handler shares: config, backend, ledger, hub auth, and the lanes.
 
-Backend and ledger calls block (files, SQL, process control), so handlers run them in the
-pool with :meth:`ServiceContext.run`.
+Backend and ledger calls block (files, SQL, process control, the Kubernetes API), so
+handlers run them in threads, each kind in its own lane (:mod:`.lanes`):
+``await ctx.lanes.ledger.run(fn, *args)`` for the database alone, ``ctx.lanes.reads`` for
+the backend's reads, ``ctx.lanes.writes`` for submissions and cancels; the change feed has
+``ctx.lanes.ingest``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from jupyterhub.services.auth import HubOAuth
@@ -20,8 +20,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from aviflow.backends import Backend, backend_class
 from aviflow_hub.config import HubConfig
 from aviflow_hub.ledger.store import Ledger
+from aviflow_hub.service.lanes import Lanes
 
-T = TypeVar("T")
 USER_CACHE_SECONDS = 5.0
 
 
@@ -44,11 +44,8 @@ class ServiceContext:
         self.backend = backend
         self.ledger = ledger
         self.hub_auth = hub_auth
-        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="aviflow-api")
+        self.lanes = Lanes()
         self._users: dict[str, tuple[float, dict[str, Any]]] = {}
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     async def hub_user(self, name: str) -> dict[str, Any]:
         """The hub's model of ``name`` (groups, admin), read with the service's own token."""
@@ -65,5 +62,5 @@ class ServiceContext:
         return model
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.lanes.close()
         self.ledger.close()

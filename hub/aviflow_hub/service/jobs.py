@@ -5,8 +5,10 @@ change feed keeps it within a second of the backend). ``POST jobs`` checks the w
 (:mod:`.submission`; a spec problem is a SpecError), the caller's queue (another team's is
 403; an unknown one, or one too small for the job, a SpecError) and a ``spec.resumeFrom``
 job (one the caller may read, else 404), then submits on the caller's behalf
-(``Owner(user, team)``) and records the job in the ledger at once. ``GET jobs/{id}`` adds the backend's current status, the spec and
-the submission record to the job's summary.
+(``Owner(user, team)``) and records the job in the ledger at once. ``GET jobs/{id}`` adds the
+backend's current status, the spec and the submission record to the job's summary.
+``POST jobs/{id}/cancel`` asks for the end and answers at once (202; see
+:class:`CancelHandler`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from aviflow.names import label_value
 from aviflow.records import JobSummary, Owner
 from aviflow.spec import TrainJob
 from aviflow_hub import authz
+from aviflow_hub.ledger.store import Ledger
 from aviflow_hub.service.base import BaseHandler
 from aviflow_hub.service.params import MAX_LIMIT
 from aviflow_hub.service.submission import MAX_BODY_BYTES, TooLarge, parse_submission
@@ -70,7 +73,7 @@ class JobsHandler(BaseHandler):
     async def get(self) -> None:
         self.require_scope("read")
         limit = self.int_arg("limit", MAX_LIMIT)
-        found = await self.ctx.run(self.ctx.ledger.summaries, limit, self.visibility())
+        found = await self.ctx.lanes.ledger.run(self.ctx.ledger.summaries, limit, self.visibility())
         self.send_json({"jobs": [s.to_dict() for s in found]})
 
     async def post(self) -> None:
@@ -78,7 +81,8 @@ class JobsHandler(BaseHandler):
         if self._size > MAX_BODY_BYTES:
             raise TooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
         raw, self._chunks = b"".join(self._chunks), []
-        job, bundle = await self.ctx.run(parse_submission, raw)  # up to 90 MiB: not on the loop
+        # up to 90 MiB to decode: not on the loop
+        job, bundle = await self.ctx.lanes.writes.run(parse_submission, raw)
         if job.spec.resume_from is not None:  # only from a job the caller may read
             await self.job_ref(job.spec.resume_from.job, "read")
         choice = authz.choose_queue(
@@ -99,21 +103,28 @@ class JobsHandler(BaseHandler):
         }
         job = TrainJob.from_dict(data)
         owner = Owner(self.principal.name, team.name)
-        summary = await self.ctx.run(_submit, self.ctx.backend, job, bundle, owner)
-        await self.ctx.run(self.ctx.ledger.record_job, summary)
+        summary = await self.ctx.lanes.writes.run(
+            _submit, self.ctx.backend, self.ctx.ledger, job, bundle, owner
+        )
         self.send_json({"id": summary.id, "queue": team.queue, "team": team.name}, status=201)
 
 
-def _submit(backend: Backend, job: TrainJob, bundle: CodeBundle, owner: Owner) -> JobSummary:
+def _submit(
+    backend: Backend, ledger: Ledger, job: TrainJob, bundle: CodeBundle, owner: Owner
+) -> JobSummary:
+    """Submit, and record the job in the ledger in the same call (a lane that refused the
+    record after the submission would leave the client without the id of a job it has)."""
     job_id = backend.submit(job, bundle, owner)
-    return summarize(backend.meta(job_id), job, backend.status(job_id), [], time.time())
+    summary = summarize(backend.meta(job_id), job, backend.status(job_id), [], time.time())
+    ledger.record_job(summary)
+    return summary
 
 
 class JobHandler(BaseHandler):
     async def get(self, job_id: str) -> None:
         summary = await self.job_ref(job_id, "read")
         b = self.ctx.backend
-        status, spec, meta = await self.ctx.run(
+        status, spec, meta = await self.ctx.lanes.reads.run(
             lambda: (b.status(job_id), b.spec(job_id), b.meta(job_id))
         )
         current = replace(
@@ -136,8 +147,17 @@ class JobHandler(BaseHandler):
 
 
 class CancelHandler(BaseHandler):
+    """Asks the backend to stop the job (:meth:`~aviflow.backends.base.Backend.request_cancel`)
+    and answers at once: 202 with the job's state now (it ends afterwards; clients read its
+    status until it is final), or 200 with ``cancelled: false`` when it had already finished."""
+
     async def post(self, job_id: str) -> None:
         await self.job_ref(job_id, "cancel")
         b, who = self.ctx.backend, self.principal.name
-        cancelled, status = await self.ctx.run(lambda: (b.cancel(job_id, who), b.status(job_id)))
-        self.send_json({"id": job_id, "cancelled": cancelled, "state": status.state.value})
+        cancelled, status = await self.ctx.lanes.writes.run(
+            lambda: (b.request_cancel(job_id, who), b.status(job_id))
+        )
+        self.send_json(
+            {"id": job_id, "cancelled": cancelled, "state": status.state.value},
+            status=202 if cancelled else 200,
+        )

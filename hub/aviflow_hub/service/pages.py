@@ -37,7 +37,7 @@ class PageHandler(BaseHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         status, body = wire_error(exc, status_code, self._reason)
-        self.set_status(status)
+        self.set_error_status(status, exc)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
             error_page_html(status, body["error"], body["message"], self.ctx.hub_auth.base_url)
@@ -54,8 +54,8 @@ class HomePage(PageHandler):
         self.require_scope("read")
         p, cfg, ledger, now = self.principal, self.ctx.cfg, self.ctx.ledger, time.time()
         seen = self.visibility()
-        jobs = await self.ctx.run(lambda: ledger.summaries(HOME_LIMIT, seen, now=now))
-        quotas = await self.ctx.run(read_quotas, ledger, p, cfg)
+        jobs = await self.ctx.lanes.ledger.run(lambda: ledger.summaries(HOME_LIMIT, seen, now=now))
+        quotas = await self.ctx.lanes.ledger.run(read_quotas, ledger, p, cfg)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
             home_html(
@@ -96,8 +96,8 @@ class JobPage(PageHandler):
             return
         summary = await self.job_ref(job_id, "read")
         b = self.ctx.backend
-        snap = await self.ctx.run(self.readers.read, b, job_id)
-        logs, total = await self.ctx.run(read_logs, b, job_id)
+        snap = await self.ctx.lanes.reads.run(self.readers.read, b, job_id)
+        logs, total = await self.ctx.lanes.reads.run(read_logs, b, job_id)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
             job_page_html(
@@ -116,7 +116,7 @@ class ReportPage(PageHandler):
         if self._principal is None:
             return
         self.require_scope("read")
-        attempts = await self.ctx.run(self.ctx.ledger.attempts, self.visibility())
+        attempts = await self.ctx.lanes.ledger.run(self.ctx.ledger.attempts, self.visibility())
         now = time.time()
         sections = {by: usage_report(attempts, by, now) for by in GROUPINGS}
         self.set_header("Content-Type", "text/html; charset=utf-8")
@@ -132,11 +132,16 @@ class ReportPage(PageHandler):
 
 
 class CancelForm(PageHandler):
+    """Asks for the job's end (as ``POST api/v1/jobs/{id}/cancel``) and goes back to the list
+    or the job's page, which show the job ending."""
+
     async def post(self, job_id: str) -> None:
         if self._principal is None:
             return
         await self.job_ref(job_id, "cancel")
-        await self.ctx.run(self.ctx.backend.cancel, job_id, self.principal.name)
+        await self.ctx.lanes.writes.run(
+            self.ctx.backend.request_cancel, job_id, self.principal.name
+        )
         base = self.ctx.hub_auth.base_url
         back = self.get_body_argument("back", "")
         self.redirect(job_url(base, job_id) if back == "job" else base)

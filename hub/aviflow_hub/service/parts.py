@@ -55,7 +55,9 @@ class JobPartHandler(BaseHandler):
             "afterStep": self.int_arg("afterStep", MAX_CURSOR),
         }
         await self.job_ref(job_id, "read")
-        self.send_json(await self.ctx.run(read_part, self.ctx.backend, job_id, part, args))
+        self.send_json(
+            await self.ctx.lanes.reads.run(read_part, self.ctx.backend, job_id, part, args)
+        )
 
 
 class LogHandler(BaseHandler):
@@ -68,7 +70,7 @@ class LogHandler(BaseHandler):
         if tail is not None and offset is not None:
             raise RequestError("give tail or offset, not both")
         await self.job_ref(job_id, "read")
-        chunk = await self.ctx.run(
+        chunk = await self.ctx.lanes.reads.run(
             lambda: self.ctx.backend.log(job_id, number, tail=tail, offset=offset)
         )
         self.send_json(chunk.to_dict())

@@ -65,14 +65,16 @@ def read_quotas(ledger: Ledger, p: Principal, cfg: HubConfig) -> list[QueueQuota
 class QueuesHandler(BaseHandler):
     async def get(self) -> None:
         self.require_scope("read")
-        quotas = await self.ctx.run(read_quotas, self.ctx.ledger, self.principal, self.ctx.cfg)
+        quotas = await self.ctx.lanes.ledger.run(
+            read_quotas, self.ctx.ledger, self.principal, self.ctx.cfg
+        )
         self.send_json({"queues": [q.to_dict() for q in quotas]})
 
 
 class ImagesHandler(BaseHandler):
     async def get(self) -> None:
         self.require_scope("read")
-        images = await self.ctx.run(self.ctx.backend.images)
+        images = await self.ctx.lanes.reads.run(self.ctx.backend.images)
         self.send_json({"images": [i.to_dict() for i in images]})
 
 
@@ -92,7 +94,7 @@ class UsageHandler(BaseHandler):
         self.require_scope("read")
         by = self.choice_arg("by", USAGE_BY, "team")
         fmt = self.choice_arg("format", FORMATS, "json")
-        attempts = await self.ctx.run(self.ctx.ledger.attempts, self.visibility())
+        attempts = await self.ctx.lanes.ledger.run(self.ctx.ledger.attempts, self.visibility())
         now = time.time()
         if by == "attempt":
             if fmt == "csv":
@@ -121,6 +123,6 @@ class MetricsHandler(BaseHandler):
         self.require_scope("read")
         if not self.principal.admin:
             raise AccessDenied("metrics are for hub admins")
-        body = await self.ctx.run(generate_latest, registry_for(self.ctx.ledger))
+        body = await self.ctx.lanes.ledger.run(generate_latest, registry_for(self.ctx.ledger))
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.finish(body)
