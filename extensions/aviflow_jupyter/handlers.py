@@ -64,7 +64,8 @@ class AviflowHandler(APIHandler):
             raise JobNotFound(f"no job {raw[:80]!r}: job ids are lowercase letters, digits and -")
         return raw
 
-    def send_json(self, payload: Any) -> None:
+    def send_json(self, payload: Any, status: int = 200) -> None:
+        self.set_status(status)
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(payload))
 
@@ -117,7 +118,8 @@ class CancelHandler(AviflowHandler):
     @web.authenticated
     @authorized
     async def post(self, job_id: str) -> None:
-        self.send_json(await self.reads.cancel(self.job_id(job_id)))
+        answer = await self.reads.cancel(self.job_id(job_id))
+        self.send_json(answer, status=202 if answer["cancelled"] else 200)
 
 
 class ExampleHandler(AviflowHandler):

@@ -133,9 +133,12 @@ class JobReads:
         return await self._run(read)
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
+        """Ask for the job's end (``request_cancel``: it does not wait, so no worker here
+        waits on it); ``state`` is the job's now, and the job's view reads on until it ends."""
+
         def cancel() -> dict[str, Any]:
             self._check_mine(job_id)
-            cancelled = self.backend.cancel(job_id, by=self.user)
+            cancelled = self.backend.request_cancel(job_id, by=self.user)
             return {
                 "id": job_id,
                 "cancelled": cancelled,
