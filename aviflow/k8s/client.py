@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from aviflow.k8s.settings import ApiTimeout
 
 
-
 def api_client(
     kubeconfig: str | None = None,
     context: str | None = None,
@@ -90,14 +89,20 @@ def unreachable(exc: BaseException, what: str, api: Any) -> BackendUnavailable |
 
     if not isinstance(exc, urllib3.exceptions.HTTPError):
         return None
+    errors = urllib3.exceptions
     reason = getattr(exc, "reason", None) or exc  # MaxRetryError: what the last try hit
     host = getattr(getattr(api, "configuration", None), "host", None) or "the API server"
     timeout = getattr(api, "request_timeout", None)
-    if isinstance(reason, urllib3.exceptions.TimeoutError):
-        waited = f" within {timeout[1]:g} s" if isinstance(timeout, tuple) else ""
-        problem = f"did not answer{waited} ({type(reason).__name__})"
-    else:
+    connect, read = timeout if isinstance(timeout, tuple) else (None, None)
+    if isinstance(reason, errors.NewConnectionError) or not isinstance(reason, errors.TimeoutError):
+        # (a refused connection is a NewConnectionError, which urllib3 derives from its timeout)
         problem = f"cannot be reached ({type(reason).__name__}: {str(reason)[:200]})"
+    elif isinstance(reason, errors.ConnectTimeoutError):
+        waited = f" within {connect:g} s" if connect else ""
+        problem = f"did not take the connection{waited} ({type(reason).__name__})"
+    else:
+        waited = f" within {read:g} s" if read else ""
+        problem = f"did not answer{waited} ({type(reason).__name__})"
     return BackendUnavailable(
         f"{what}: the Kubernetes API server at {host} {problem}; try again in a minute. "
         "If it goes on, ask an admin to check the API server and the network to it (the "
