@@ -152,7 +152,15 @@ def test_cancels_answer_at_once_while_the_controller_is_down_and_the_jobs_end_af
     assert queues.status_code == 200 and took < PROMPT
     # nothing acted on the requests: the jobs go on
     assert (state(hub, alice, running), state(hub, alice, queued)) == ("RUNNING", "QUEUED")
-    stalling.switch("controller-down", False)
+    # the Python client's cancel asks, then reads the status until the end
+    client = HubBackend(f"{hub.url}/services/aviflow-api/", token=alice)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.cancel, running)
+        time.sleep(2)
+        assert not waiting.done()  # the controller is down
+        stalling.switch("controller-down", False)
+        assert waiting.result(timeout=120) is True
+    assert state(hub, alice, running) == "CANCELLED"
     for job_id in (running, queued):
         hub.until(lambda j=job_id: state(hub, alice, j) == "CANCELLED", f"{job_id} ends", 120)
         events = hub.call("GET", f"jobs/{job_id}/events", alice).json()["events"]
