@@ -4,8 +4,10 @@ test_hub_hardening.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -344,3 +346,39 @@ def test_the_openapi_document_describes_every_route_and_the_error_body() -> None
         assert (path, name) in params, (path, name)
     for op in ("/jobs/{job_id}/events", "/jobs/{job_id}/metrics"):
         assert "next" in json.dumps(doc["paths"][op]["get"]["responses"]["200"])
+
+
+def test_a_lane_refuses_when_its_workers_are_held_and_frees_them_when_the_calls_end() -> None:
+    from aviflow_hub.service.lanes import Busy, Lane
+
+    gate = threading.Event()
+    lane = Lane("t", 2, "testing", wait=0.2)
+
+    async def scenario() -> None:
+        held = [asyncio.ensure_future(lane.run(gate.wait, 30)) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        assert lane.busy == 2
+        with pytest.raises(Busy) as refused:
+            await lane.run(lambda: "never")
+        assert str(refused.value) == (
+            "aviflow-api is busy testing: all 2 of its workers for that are still in earlier "
+            "calls, none was free within 0.2 s; try again in 5 s"
+        )
+        status, body = wire_error(refused.value, 500)
+        assert (status, body["error"]) == (503, "BackendUnavailable")
+        held[0].cancel()  # the caller gives up; its call goes on and keeps its worker
+        await asyncio.sleep(0.1)
+        assert lane.busy == 2
+        with pytest.raises(Busy):
+            await lane.run(lambda: "never")
+        gate.set()
+        assert await held[1] is True
+        await asyncio.sleep(0.1)
+        assert lane.busy == 0
+        assert await lane.run(lambda: "now") == "now"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+        lane.close()
