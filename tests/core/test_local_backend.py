@@ -162,3 +162,51 @@ def test_secrets_are_refused_locally_before_anything_is_written(local_backend):
     with pytest.raises(BackendError, match=r"spec.secrets \(hf-token\) are Kubernetes Secrets"):
         local_backend.submit(job, build_bundle(job))
     assert local_backend.list_ids() == []
+
+
+def test_request_cancel_answers_at_once_and_the_supervisors_end_the_jobs(
+    run_root, leftover_processes
+):
+    backend = LocalBackend(root=run_root, capacity=1)
+    sleeper = {"spec": {"command": ["python", "-c", "import time; time.sleep(600)"]}}
+    running = aviflow.submit({**sleeper, "metadata": {"name": "running"}}, backend=backend)
+    queued = aviflow.submit({**sleeper, "metadata": {"name": "queued"}}, backend=backend)
+    deadline = time.monotonic() + 60
+    while backend.status(running.id).state is not JobState.RUNNING:
+        assert time.monotonic() < deadline, backend.status(running.id)
+        time.sleep(0.1)
+    for job in (running, queued):
+        asked = time.monotonic()
+        assert backend.request_cancel(job.id, by="ada") is True
+        assert time.monotonic() - asked < 5  # it asks; the supervisor does the rest
+    for job in (running, queued):
+        assert job.wait(timeout=60) is JobState.CANCELLED
+        assert backend.status(job.id).message == "cancelled by ada"
+        assert backend.events(job.id).items[-1].message == "cancelled by ada"
+        assert backend.request_cancel(job.id, by="ada") is False  # already finished
+        assert backend.cancel(job.id) is False
+    deadline = time.monotonic() + 30
+    while leftover_processes(running.id):
+        assert time.monotonic() < deadline, leftover_processes(running.id)
+        time.sleep(0.1)
+
+
+def test_a_job_whose_supervisor_dies_after_a_cancel_request_is_recorded_as_cancelled(
+    local_backend,
+):
+    job = TrainJob.from_dict({"metadata": {"name": "asked"}, "spec": {"script": "pass"}})
+    run = local_backend.store.create(job, build_bundle(job).store_files(), "ada")
+    step = Lifecycle(Policy()).submitted(time.time())
+    run.record(step.events, step.lifecycle.status())
+    supervisor = _procs.FileLock(run.supervisor_lock)  # a supervisor, alive
+    assert supervisor.acquire(blocking=False)
+    run.supervisor_info.write_text(json.dumps({"started": time.time()}))  # no pid to signal
+    assert local_backend.request_cancel(run.id, by="bob") is True
+    assert run.cancel_request.read_text() == "cancelled by bob"
+    assert local_backend.reconcile() == []  # its supervisor has the request
+    supervisor.release()  # ... and dies before acting on it
+    assert local_backend.reconcile() == [run.id]
+    status = run.status()
+    assert (status.state, status.message) == (JobState.CANCELLED, "cancelled by bob")
+    assert [e.type for e in run.events().items] == [EventType.QUEUED, EventType.CANCELLED]
+    assert local_backend.request_cancel(run.id) is False
