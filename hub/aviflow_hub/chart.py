@@ -34,7 +34,7 @@ from aviflow_hub.kube_spawner import HUB_RULES
 # file that sets one fails the schema, naming it.
 CHART_OWNED: dict[str, tuple[str, ...]] = {
     "HubSection": (
-        "bind", "port", "hubPort", "proxyApiPort", "hubConnectUrl", "dataDir", "dbUrl",
+        "bind", "port", "hubPort", "proxyApiPort", "proxyUrl", "hubConnectUrl", "dataDir", "dbUrl",
         "spawner", "namespace", "notebookBind",
     ),
     "ApiSection": (

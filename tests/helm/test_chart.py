@@ -415,9 +415,30 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     assert api_env == external_service_environment(
         hub_config_of(docs), "http://aviflow-hub.aviflow.svc:8081", "http://0.0.0.0:8088"
     )
-    # the proxy and the hub's API on every address of the pod (kubectl port-forward works)
+    # the hub's API on every address of the pod; the proxy runs apart, and the hub holds its
+    # API token (the proxy's Secret), not the other way round
     assert hub_c["command"][3:] == ["--JupyterHub.hub_bind_url=http://:8081"]
-    assert hub_config_of(docs).hub.bind == "0.0.0.0"
+    assert hub_config_of(docs).hub.proxy_url == "http://aviflow-proxy-api.aviflow.svc:8001"
+    proxy_token = {"secretKeyRef": {"name": "aviflow-proxy", "key": "token"}}
+    assert hub_env["CONFIGPROXY_AUTH_TOKEN"] == proxy_token
+    proxy = doc(docs, "Deployment", "aviflow-proxy")["spec"]["template"]["spec"]
+    [proxy_c] = proxy["containers"]
+    assert proxy_c["env"] == [{"name": "CONFIGPROXY_AUTH_TOKEN", "valueFrom": proxy_token}]
+    assert proxy_c["command"] == [
+        "configurable-http-proxy",
+        "--ip=0.0.0.0",
+        "--port=8000",
+        "--api-ip=0.0.0.0",
+        "--api-port=8001",
+        "--default-target=http://aviflow-hub.aviflow.svc:8081",
+        "--error-target=http://aviflow-hub.aviflow.svc:8081/hub/error",
+    ]
+    # no service-account token, no volume: nothing of the hub's
+    assert (proxy["serviceAccountName"], proxy["automountServiceAccountToken"]) == (
+        "aviflow-proxy",
+        False,
+    )
+    assert "volumes" not in proxy and proxy_c["securityContext"]["readOnlyRootFilesystem"]
     assert (hub_c["image"], api_c["image"]) == ("localhost/aviflow/hub:0.1.0",) * 2
     # each its own service account and least-privilege rules
     assert (hub["serviceAccountName"], api["serviceAccountName"]) == ("aviflow-hub", "aviflow-api")
@@ -427,11 +448,11 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     for pod in (hub, api):
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
-    # a config change rolls both pods; the generated token is not part of it
+    # a config change rolls both pods (not the proxy's); the generated token is not part of it
     checksums = {
         d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
         for d in docs
-        if d["kind"] == "Deployment" and d["metadata"]["name"] != "aviflow-controller"
+        if d["kind"] == "Deployment" and d["metadata"]["name"] in ("aviflow-hub", "aviflow-api")
     }
     assert checksums["aviflow-hub"] == checksums["aviflow-api"]
     quota = render(
@@ -443,6 +464,10 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     assert (
         doc(quota, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
         != doc(docs, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
+    )
+    assert (
+        doc(quota, "Deployment", "aviflow-proxy")["spec"]["template"]
+        == doc(docs, "Deployment", "aviflow-proxy")["spec"]["template"]
     )
     assert doc(docs, "Service", "aviflow-proxy-public")["spec"]["type"] == "LoadBalancer"
 
