@@ -237,6 +237,20 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
         "aviflow.operator",
         "--settings",
         "/etc/aviflow/cluster.json",
+        "--lease",
+        "aviflow-controller",
+    ]
+    # two candidates, one leader on the release's Lease, which the controller alone may hold
+    assert deploy["spec"]["replicas"] == 2
+    assert c["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    ]
+    lease_role = doc(docs, "Role", "aviflow-controller-lease")
+    assert lease_role["metadata"]["namespace"] == "aviflow"
+    assert lease_role["rules"] == rbac.leader_rules("aviflow-controller")
+    binding = doc(docs, "RoleBinding", "aviflow-controller-lease")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "aviflow-controller", "namespace": "aviflow"}
     ]
 
 

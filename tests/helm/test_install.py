@@ -220,22 +220,42 @@ def test_install_upgrade_rollback_uninstall(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + explain(cluster, ns)
 
+    def pods_of(component: str) -> list[dict[str, Any]]:
+        return list(
+            kubectl_json(
+                cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={component}"
+            )["items"]
+        )
+
     def pod_of(component: str) -> dict[str, Any]:
-        [pod] = kubectl_json(
-            cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={component}"
-        )["items"]
+        [pod] = pods_of(component)
         return pod
 
     step("each part runs in its image, under its own service account")
     # each part runs in its image, under its own service account
-    for component, sa, digest in (
-        ("hub", f"{release}-hub", hub_image["digest"]),
-        ("api", f"{release}-api", hub_image["digest"]),
-        ("controller", f"{release}-controller", trainer["digest"]),
+    for component, sa, digest, replicas in (
+        ("hub", f"{release}-hub", hub_image["digest"], 1),
+        ("proxy", f"{release}-proxy", hub_image["digest"], 1),
+        ("api", f"{release}-api", hub_image["digest"], 1),
+        ("controller", f"{release}-controller", trainer["digest"], 2),
     ):
-        pod = pod_of(component)
-        assert pod["spec"]["serviceAccountName"] == sa
-        assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
+        pods = pods_of(component)
+        assert len(pods) == replicas, component
+        for pod in pods:
+            assert pod["spec"]["serviceAccountName"] == sa
+            assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
+    # one of the two controllers leads, on the release's Lease
+    controllers = {p["metadata"]["name"] for p in pods_of("controller")}
+    holder = until(
+        cluster,
+        ns,
+        lambda: kubectl_json(cluster, "get", "lease", f"{release}-controller", "-n", ns)[
+            "spec"
+        ].get("holderIdentity"),
+        60,
+        "a controller leads",
+    )
+    assert holder.rsplit("_", 1)[0] in controllers, (holder, controllers)
 
     step("the user's address: the proxy's LoadBalancer Service")
     # the user's address: the proxy's LoadBalancer Service
@@ -296,7 +316,9 @@ def test_install_upgrade_rollback_uninstall(
     step("the admin raises the quota and changes the profile: nothing ")
     # the admin raises the quota and changes the profile: nothing else to do
     token_before = kubectl_json(cluster, "get", "secret", f"{release}-hub", "-n", ns)["data"]
-    pods_before = {c: pod_of(c)["metadata"]["uid"] for c in ("hub", "api", "controller", "proxy")}
+    pods_before = {
+        c: {p["metadata"]["uid"] for p in pods_of(c)} for c in ("hub", "api", "controller", "proxy")
+    }
     done = helm_run(
         helm, cluster, home, "upgrade", release, str(CHART), "-n", ns, "-f", str(values(4, 2)),
         "--wait", "--timeout", "5m",
@@ -312,16 +334,18 @@ def test_install_upgrade_rollback_uninstall(
 
     # the config changed: new hub and aviflow-api pods (the controller's settings did not)
     def rolled() -> dict[str, bool | None]:
-        """Per component: whether its one live pod is a new one (None: not one pod now)."""
+        """Per component: whether its live pods are all new (True) or all the same (False);
+        None in between (a rollout under way)."""
         out: dict[str, bool | None] = {}
         for c, before in pods_before.items():
-            items = kubectl_json(
-                cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={c}"
-            )["items"]
-            live = [
-                p["metadata"]["uid"] for p in items if not p["metadata"].get("deletionTimestamp")
-            ]
-            out[c] = live[0] != before if len(live) == 1 else None
+            live = {
+                p["metadata"]["uid"]
+                for p in pods_of(c)
+                if not p["metadata"].get("deletionTimestamp")
+            }
+            same = live == before
+            new = len(live) == len(before) and not live & before
+            out[c] = False if same else True if new else None
         return out
 
     until(
