@@ -486,6 +486,49 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     assert doc(docs, "Service", "aviflow-proxy-public")["spec"]["type"] == "LoadBalancer"
 
 
+def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -> None:
+    """Every container of the control plane has the values' requests and memory limit
+    (Burstable, never BestEffort); the hub and the proxy are restarted when their health
+    endpoints stop answering; no pod chowns its volumes again at every start."""
+    docs = render(values={"resources": {"api": {"requests": {"cpu": "2"}, "limits": {}}}})
+    pods = {
+        name: doc(docs, "Deployment", f"aviflow-{name}")["spec"]["template"]["spec"]
+        for name in ("hub", "proxy", "api", "controller")
+    }
+    resources = {name: pod["containers"][0]["resources"] for name, pod in pods.items()}
+    assert resources == {
+        "hub": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        "proxy": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "api": {"requests": {"cpu": "2"}, "limits": {}},  # the admin's, whole
+        "controller": {
+            "requests": {"cpu": "200m", "memory": "256Mi"},
+            "limits": {"memory": "1Gi"},
+        },
+    }
+    probes = {
+        name: pod["containers"][0]["livenessProbe"]
+        for name, pod in pods.items()
+        if "livenessProbe" in pod["containers"][0]
+    }
+    assert probes["hub"]["httpGet"] == {"path": "/hub/health", "port": "hub"}
+    assert probes["proxy"]["httpGet"] == {"path": "/_chp_healthz", "port": "http", "scheme": "HTTP"}
+    assert probes["api"] == {
+        "tcpSocket": {"port": "http"},
+        "initialDelaySeconds": 30,
+        "periodSeconds": 10,
+        "failureThreshold": 6,
+    }
+    assert sorted(probes) == ["api", "hub", "proxy"]  # the controller has its Lease
+    assert {
+        name: pod["securityContext"].get("fsGroupChangePolicy") for name, pod in pods.items()
+    } == {
+        "hub": "OnRootMismatch",
+        "proxy": "OnRootMismatch",
+        "api": "OnRootMismatch",
+        "controller": "OnRootMismatch",
+    }
+
+
 def test_the_ledger_claim_only_without_a_database(render: Render) -> None:
     own = render()
     assert doc(own, "PersistentVolumeClaim", "aviflow-api-db")["metadata"]["annotations"] == {

@@ -190,6 +190,7 @@ strict loader; a key it does not know stops them with its name.
 runAsUser: 1000
 runAsGroup: 1000
 fsGroup: 1000
+fsGroupChangePolicy: OnRootMismatch  # no recursive chown of a volume at every start
 runAsNonRoot: true
 seccompProfile: {type: RuntimeDefault}
 {{- end }}
