@@ -2,7 +2,8 @@
 
 - ``aviflow-controller`` (in ``namespace``, the jobs' namespace): reads TrainJobs and writes
   their status; creates and deletes the Jobs, Services and NetworkPolicies of their attempts; reads Pods, their
-  logs and Kueue's Workloads, and Kueue's pending lists. Nothing cluster-wide.
+  logs and Kueue's Workloads, and Kueue's pending lists. Nothing cluster-wide. In the control
+  plane's namespace, its leader-election Lease (:func:`leader_rules`).
 - ``aviflow-api``: creates, reads and annotates (cancel) TrainJobs; reads the LocalQueues of
   the namespace, the ClusterQueues behind them and Kueue's pending lists. It cannot create
   Jobs or Pods, read Secrets, or touch any other namespace.
@@ -39,6 +40,17 @@ CONTROLLER_RULES = [
     _rule([KUEUE], ["localqueues"], ["get"]),  # a kubectl TrainJob's team: its queue's label
     _rule([VISIBILITY], ["localqueues/pendingworkloads"], ["get"]),
 ]
+
+
+def leader_rules(lease: str) -> list[dict[str, Any]]:
+    """The controller's, in the control plane's namespace: its leader-election Lease
+    (``create`` cannot be held to one name; the rest is)."""
+    return [
+        _rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        {**_rule(["coordination.k8s.io"], ["leases"], ["get", "update"]), "resourceNames": [lease]},
+    ]
+
+
 API_RULES = [
     _rule([GROUP], [PLURAL], [*READ, "create", "patch"]),
     _rule([KUEUE], ["localqueues"], READ),

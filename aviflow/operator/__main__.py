@@ -1,25 +1,35 @@
 """``python -m aviflow.operator --settings cluster.yaml``: run the TrainJob controller until
 SIGTERM/SIGINT. It needs the Kubernetes API (kubeconfig or in-cluster) and the run store
-mounted where the settings' ``runs.localPath`` says."""
+mounted where the settings' ``runs.localPath`` says.
+
+Several may run at once (the chart runs two): they elect a leader on the Lease
+``aviflow-controller`` in the settings' namespace, and only the leader reconciles. A leader
+that loses the lease exits (status 1) to start again as a candidate; SIGTERM releases it, so
+that the next one takes over at once."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
+import uuid
 
 from aviflow.errors import AviflowError
 from aviflow.k8s.client import api_client
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._controller import Controller
+from aviflow.operator._leader import LEASE, Leadership, Timing
 from aviflow.store import RunStore
 
 # A new TrainJob's first reconcile is a few API calls in a row (its Service, NetworkPolicy,
 # Job, status): a burst of submissions waits on these in turn (bench/admission.py: 20 jobs
 # at once took 1.8 s to their Jobs with 4 workers, 0.6 s with 16).
 WORKERS = 16
+log = logging.getLogger("aviflow.operator")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,26 +44,78 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tick", type=float, default=1.0, help="seconds between time checks")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between relists")
+    lease = Timing()
+    parser.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="act at once, without the lease (only where no other controller runs)",
+    )
+    parser.add_argument("--lease", default=LEASE, help="the Lease's name (one per release)")
+    parser.add_argument("--lease-duration", type=float, default=lease.lease_duration)
+    parser.add_argument("--renew-deadline", type=float, default=lease.renew_deadline)
+    parser.add_argument("--retry-period", type=float, default=lease.retry_period)
     ns = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)  # a line per renewal
     try:
+        timing = Timing(ns.lease_duration, ns.renew_deadline, ns.retry_period)
         settings = ClusterSettings.load(ns.settings) if ns.settings else ClusterSettings()
         # a connection per worker, and per watch: 4 informers in each jobs' namespace
         connections = ns.workers + 4 * len(settings.job_namespaces()) + 2
         api = api_client(ns.kubeconfig, connections=connections)
         store = RunStore(settings.runs.local_path)
-        controller = Controller(
-            api, settings, store, workers=ns.workers, tick=ns.tick, resync=ns.resync
-        )
-        controller.start()
-    except (AviflowError, TimeoutError) as exc:
+    except (AviflowError, ValueError) as exc:
         print(f"aviflow.operator: {exc}", file=sys.stderr)
         return 2
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    leader = (
+        Leadership(api, settings.namespace, identity, timing, ns.lease) if ns.leader_elect else None
+    )
+    controller = Controller(
+        api,
+        settings,
+        store,
+        workers=ns.workers,
+        tick=ns.tick,
+        resync=ns.resync,
+        fence=leader.holds if leader else None,
+    )
     done = threading.Event()
+    failed: list[str] = []
+
+    def lead() -> None:
+        try:
+            controller.start()
+        except TimeoutError as exc:  # the library stops leading, run() returns
+            failed.append(str(exc))
+            raise
+        log.info("%s leads", identity)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    lost = threading.Event()
+    if leader is None:
+        try:
+            lead()
+        except TimeoutError:
+            print(f"aviflow.operator: {failed[0]}", file=sys.stderr)
+            return 2
+    else:
+
+        def elect() -> None:
+            leader.run(lead)
+            lost.set()
+            done.set()
+
+        threading.Thread(target=elect, name="leader-election", daemon=True).start()
     done.wait()
     controller.stop()
+    if lost.is_set():
+        print(f"aviflow.operator: {failed[0] if failed else 'lost the lease'}", file=sys.stderr)
+        return 1
+    if leader is not None and leader.holds():
+        leader.release()
     return 0
 
 

@@ -8,6 +8,10 @@ and makes the cluster match: the headless Service and the next attempt's Job whi
 the Job stopped when the lifecycle says so, nothing left after a cancel. Every active job is
 also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers relist
 every ``resync`` seconds. A job is never reconciled by two workers at once.
+
+With a ``fence`` (the leadership's :meth:`~aviflow.operator._leader.Leadership.holds`),
+every write (an event, a status, a Kubernetes object) first checks that this controller
+still leads; a deposed one writes nothing more (:class:`Deposed`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ MAX_STEPS = 8
 POSITIONS_TTL = 1.0
 API_TIMEOUT = 30.0  # no call may hold a worker for ever
 DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
+
+
+class Deposed(Exception):
+    """This controller no longer holds the lease: it writes nothing more."""
 
 
 def _job_label(obj: Obj) -> list[str]:
@@ -146,8 +154,10 @@ class Controller:
         tick: float = 1.0,
         queued_tick: float = 5.0,
         resync: float = 30.0,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.api, self.settings, self.store = api, settings, store
+        self.fence = fence
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.net = client.NetworkingV1Api(api)
@@ -215,6 +225,8 @@ class Controller:
                 return
             try:
                 self.reconcile(key)
+            except Deposed:
+                log.warning("not reconciling %s: this controller no longer leads", key)
             except Exception:  # one job's trouble never stops the others; retried on tick
                 log.exception("reconcile of %s failed", key)
             finally:
@@ -247,9 +259,15 @@ class Controller:
             self.queue.put(_key(obj["metadata"]["namespace"], name.rsplit("-a", 1)[0]))
         # others' queue positions move too: the ticker reconciles queued jobs every queued_tick
 
+    def _guard(self) -> None:
+        """Raises :class:`Deposed` unless this controller may write now."""
+        if self.fence is not None and not self.fence():
+            raise Deposed("this controller no longer holds the lease")
+
     # -- one job ---------------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
         """Reconcile one TrainJob (its key: ``namespace/name``)."""
+        self._guard()
         ns, _, job_id = key.partition("/")
         cell = self.cells[ns]
         cr = cell.trainjobs.get(cell.ns, job_id)
@@ -300,6 +318,7 @@ class Controller:
             if isinstance(obs, CannotStart) and run.hang(obs.attempt) is None:
                 # declared, as a hang is: when the pods are gone, it is the attempt's failure
                 why = FailureInfo(attempt=obs.attempt, message=f"cannot start: {obs.reason}")
+                self._guard()
                 run.write_hang(why)
             if isinstance(obs, AttemptEnded) and not all(c == 0 for c in obs.codes.values()):
                 failure = self._failure(cell, run, job, obs)
@@ -309,6 +328,7 @@ class Controller:
             if obs is None or (len(lc.events), lc.stopping) == before:
                 break
         if events:
+            self._guard()
             for ev in events:
                 run.append_event(ev)
             self._cross_check(job_id, lc.events, events)
@@ -435,6 +455,7 @@ class Controller:
         return path.relative_to(self.store.root).as_posix()
 
     def _create(self, call: Any, body: dict[str, Any]) -> None:
+        self._guard()
         try:
             call(body["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
@@ -442,6 +463,7 @@ class Controller:
                 raise
 
     def _delete_job(self, ns: str, name: str) -> None:
+        self._guard()
         try:
             self.batch.delete_namespaced_job(
                 name, ns, propagation_policy="Background", _request_timeout=API_TIMEOUT
@@ -458,6 +480,7 @@ class Controller:
         if self.settings.network_policy:
             deletes.append(self.net.delete_namespaced_network_policy)
         for delete in deletes:
+            self._guard()
             try:
                 delete(m.service_name(job_id), cell.ns, _request_timeout=API_TIMEOUT)
             except ApiException as exc:
@@ -475,11 +498,13 @@ class Controller:
                 if wl.pending:
                     message = f"waiting for admission: {wl.pending}"
         status = lc.status(position, message)
+        self._guard()
         if status != run.status():
             run.write_status(status)
         wire = status.to_dict()
         uid = cr["metadata"]["uid"]
         if (cr.get("status") or {}) != wire and self._written.get(uid) != wire:
+            self._guard()
             try:
                 self.custom.patch_namespaced_custom_object_status(
                     GROUP,
@@ -532,6 +557,7 @@ class Controller:
         )
         step = lc.observe(Lost(time.time(), "the TrainJob was deleted", cancelled=True))
         if step.events:
+            self._guard()
             run.record(step.events, step.lifecycle.status())
 
     def _team_of(self, namespace: str, queue: str) -> str | None:
@@ -553,6 +579,7 @@ class Controller:
         if (cr.get("status") or {}).get("state") == "FAILED":
             return
         status = JobStatus(JobState.FAILED, 0, message, time.time())
+        self._guard()
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP,

@@ -34,7 +34,7 @@ from aviflow_hub.kube_spawner import HUB_RULES
 # file that sets one fails the schema, naming it.
 CHART_OWNED: dict[str, tuple[str, ...]] = {
     "HubSection": (
-        "bind", "port", "hubPort", "proxyApiPort", "hubConnectUrl", "dataDir", "dbUrl",
+        "bind", "port", "hubPort", "proxyApiPort", "proxyUrl", "hubConnectUrl", "dataDir", "dbUrl",
         "spawner", "namespace", "notebookBind",
     ),
     "ApiSection": (
@@ -219,6 +219,27 @@ class State(StrictModel):
     storage_class: str | None = Field(None, alias="storageClass")
 
 
+class PodResources(StrictModel):
+    """One container's ``resources``: requests and limits by resource name."""
+
+    requests: dict[str, str | int] = Field(default_factory=dict)
+    limits: dict[str, str | int] = Field(default_factory=dict)
+
+
+def _resources(cpu: str, memory: str, limit: str) -> PodResources:
+    return PodResources(requests={"cpu": cpu, "memory": memory}, limits={"memory": limit})
+
+
+class Resources(StrictModel):
+    """What the control plane's containers ask for (each Burstable: a CPU and memory request
+    and a memory limit). Raise the hub's and aviflow-api's with many users."""
+
+    hub: PodResources = Field(default_factory=lambda: _resources("200m", "512Mi", "1Gi"))
+    proxy: PodResources = Field(default_factory=lambda: _resources("100m", "128Mi", "512Mi"))
+    api: PodResources = Field(default_factory=lambda: _resources("200m", "512Mi", "1Gi"))
+    controller: PodResources = Field(default_factory=lambda: _resources("200m", "256Mi", "1Gi"))
+
+
 class ChartOnly(StrictModel):
     """The sections only the chart has."""
 
@@ -226,6 +247,7 @@ class ChartOnly(StrictModel):
     proxy: ProxyService = Field(default_factory=lambda: ProxyService())
     ingress: Ingress = Field(default_factory=lambda: Ingress())
     state: State = Field(default_factory=lambda: State())
+    resources: Resources = Field(default_factory=lambda: Resources())
     kueue: Kueue = Field(default_factory=lambda: Kueue())
     run_store: RunStore = Field(default_factory=lambda: RunStore(), alias="runStore")
     namespaces: Namespaces = Field(default_factory=lambda: Namespaces())

@@ -67,6 +67,13 @@ class HubSection(StrictModel):
     port: int = Field(8000, ge=1, le=65535, description="Public port of the proxy.")
     hub_port: int = Field(8081, alias="hubPort", ge=1, le=65535)
     proxy_api_port: int | None = Field(None, alias="proxyApiPort", ge=1, le=65535)
+    proxy_url: str | None = Field(
+        None,
+        alias="proxyUrl",
+        description="The API of a configurable-http-proxy that runs apart (its own "
+        "Deployment): the hub neither starts nor stops it, and takes its token from "
+        "$CONFIGPROXY_AUTH_TOKEN. Unset: the hub runs the proxy as its child.",
+    )
     hub_connect_url: str | None = Field(
         None, alias="hubConnectUrl", description="URL notebooks use to reach the hub API."
     )

@@ -266,9 +266,11 @@ def hub_settings(
             "custom_scopes": {k: dict(v) for k, v in CUSTOM_SCOPES.items()},
             "load_roles": roles(cfg),
             "services": services(cfg, config_path, python, api_token),
-            # Ctrl-C or SIGTERM stops local notebooks too (`make hub`); jobs are not hub servers,
-            # their detached supervisors keep running across a hub stop.
-            "cleanup_servers": True,
+            # Local: Ctrl-C or SIGTERM stops the notebooks too (`make hub`; jobs are not hub
+            # servers, their detached supervisors keep running across a hub stop). Kubernetes:
+            # notebooks are pods that outlive the hub's pod (an upgrade, a rollout restart),
+            # and the next hub finds them again, as Zero-to-JupyterHub does.
+            "cleanup_servers": cfg.hub.spawner == "local",
             # Off: JupyterHub's periodic service check only logs, and while the hub stops it
             # crashes with a traceback on a service already stopped (its server row deleted).
             # A managed service that exits is restarted by the hub's own process poll.
@@ -278,6 +280,13 @@ def hub_settings(
     }
     if cfg.hub.proxy_api_port:
         out["ConfigurableHTTPProxy"]["api_url"] = f"http://127.0.0.1:{cfg.hub.proxy_api_port}"
+    if cfg.hub.proxy_url:
+        # the proxy runs apart and keeps every route while the hub restarts; its token (the
+        # trait's default) comes from $CONFIGPROXY_AUTH_TOKEN
+        out["ConfigurableHTTPProxy"].update(api_url=cfg.hub.proxy_url, should_start=False)
+        # the hub checks the proxy's routes at this interval: a new proxy pod (it starts
+        # without any) has every route again within a minute (JupyterHub's default: 300 s)
+        out["JupyterHub"].update(cleanup_proxy=False, last_activity_interval=60)
     if cfg.hub.hub_connect_url:
         out["JupyterHub"]["hub_connect_url"] = cfg.hub.hub_connect_url
     if cfg.hub.groups and cfg.auth.type == "dev":

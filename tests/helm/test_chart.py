@@ -237,6 +237,20 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
         "aviflow.operator",
         "--settings",
         "/etc/aviflow/cluster.json",
+        "--lease",
+        "aviflow-controller",
+    ]
+    # two candidates, one leader on the release's Lease, which the controller alone may hold
+    assert deploy["spec"]["replicas"] == 2
+    assert c["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    ]
+    lease_role = doc(docs, "Role", "aviflow-controller-lease")
+    assert lease_role["metadata"]["namespace"] == "aviflow"
+    assert lease_role["rules"] == rbac.leader_rules("aviflow-controller")
+    binding = doc(docs, "RoleBinding", "aviflow-controller-lease")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "aviflow-controller", "namespace": "aviflow"}
     ]
 
 
@@ -415,9 +429,30 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     assert api_env == external_service_environment(
         hub_config_of(docs), "http://aviflow-hub.aviflow.svc:8081", "http://0.0.0.0:8088"
     )
-    # the proxy and the hub's API on every address of the pod (kubectl port-forward works)
+    # the hub's API on every address of the pod; the proxy runs apart, and the hub holds its
+    # API token (the proxy's Secret), not the other way round
     assert hub_c["command"][3:] == ["--JupyterHub.hub_bind_url=http://:8081"]
-    assert hub_config_of(docs).hub.bind == "0.0.0.0"
+    assert hub_config_of(docs).hub.proxy_url == "http://aviflow-proxy-api.aviflow.svc:8001"
+    proxy_token = {"secretKeyRef": {"name": "aviflow-proxy", "key": "token"}}
+    assert hub_env["CONFIGPROXY_AUTH_TOKEN"] == proxy_token
+    proxy = doc(docs, "Deployment", "aviflow-proxy")["spec"]["template"]["spec"]
+    [proxy_c] = proxy["containers"]
+    assert proxy_c["env"] == [{"name": "CONFIGPROXY_AUTH_TOKEN", "valueFrom": proxy_token}]
+    assert proxy_c["command"] == [
+        "configurable-http-proxy",
+        "--ip=0.0.0.0",
+        "--port=8000",
+        "--api-ip=0.0.0.0",
+        "--api-port=8001",
+        "--default-target=http://aviflow-hub.aviflow.svc:8081",
+        "--error-target=http://aviflow-hub.aviflow.svc:8081/hub/error",
+    ]
+    # no service-account token, no volume: nothing of the hub's
+    assert (proxy["serviceAccountName"], proxy["automountServiceAccountToken"]) == (
+        "aviflow-proxy",
+        False,
+    )
+    assert "volumes" not in proxy and proxy_c["securityContext"]["readOnlyRootFilesystem"]
     assert (hub_c["image"], api_c["image"]) == ("localhost/aviflow/hub:0.1.0",) * 2
     # each its own service account and least-privilege rules
     assert (hub["serviceAccountName"], api["serviceAccountName"]) == ("aviflow-hub", "aviflow-api")
@@ -427,11 +462,11 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     for pod in (hub, api):
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
-    # a config change rolls both pods; the generated token is not part of it
+    # a config change rolls both pods (not the proxy's); the generated token is not part of it
     checksums = {
         d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
         for d in docs
-        if d["kind"] == "Deployment" and d["metadata"]["name"] != "aviflow-controller"
+        if d["kind"] == "Deployment" and d["metadata"]["name"] in ("aviflow-hub", "aviflow-api")
     }
     assert checksums["aviflow-hub"] == checksums["aviflow-api"]
     quota = render(
@@ -444,7 +479,54 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
         doc(quota, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
         != doc(docs, "Deployment", "aviflow-hub")["spec"]["template"]["metadata"]["annotations"]
     )
+    assert (
+        doc(quota, "Deployment", "aviflow-proxy")["spec"]["template"]
+        == doc(docs, "Deployment", "aviflow-proxy")["spec"]["template"]
+    )
     assert doc(docs, "Service", "aviflow-proxy-public")["spec"]["type"] == "LoadBalancer"
+
+
+def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -> None:
+    """Every container of the control plane has the values' requests and memory limit
+    (Burstable, never BestEffort); the hub and the proxy are restarted when their health
+    endpoints stop answering; no pod chowns its volumes again at every start."""
+    docs = render(values={"resources": {"api": {"requests": {"cpu": "2"}, "limits": {}}}})
+    pods = {
+        name: doc(docs, "Deployment", f"aviflow-{name}")["spec"]["template"]["spec"]
+        for name in ("hub", "proxy", "api", "controller")
+    }
+    resources = {name: pod["containers"][0]["resources"] for name, pod in pods.items()}
+    assert resources == {
+        "hub": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        "proxy": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "api": {"requests": {"cpu": "2"}, "limits": {}},  # the admin's, whole
+        "controller": {
+            "requests": {"cpu": "200m", "memory": "256Mi"},
+            "limits": {"memory": "1Gi"},
+        },
+    }
+    probes = {
+        name: pod["containers"][0]["livenessProbe"]
+        for name, pod in pods.items()
+        if "livenessProbe" in pod["containers"][0]
+    }
+    assert probes["hub"]["httpGet"] == {"path": "/hub/health", "port": "hub"}
+    assert probes["proxy"]["httpGet"] == {"path": "/_chp_healthz", "port": "http", "scheme": "HTTP"}
+    assert probes["api"] == {
+        "tcpSocket": {"port": "http"},
+        "initialDelaySeconds": 30,
+        "periodSeconds": 10,
+        "failureThreshold": 6,
+    }
+    assert sorted(probes) == ["api", "hub", "proxy"]  # the controller has its Lease
+    assert {
+        name: pod["securityContext"].get("fsGroupChangePolicy") for name, pod in pods.items()
+    } == {
+        "hub": "OnRootMismatch",
+        "proxy": "OnRootMismatch",
+        "api": "OnRootMismatch",
+        "controller": "OnRootMismatch",
+    }
 
 
 def test_the_ledger_claim_only_without_a_database(render: Render) -> None:

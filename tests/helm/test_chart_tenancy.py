@@ -30,14 +30,44 @@ def test_network_policies(render: Render) -> None:
     }
     hub = {"app.kubernetes.io/component": "hub", "app.kubernetes.io/instance": "aviflow"}
     api = {"app.kubernetes.io/component": "api", "app.kubernetes.io/instance": "aviflow"}
+    proxy = {"app.kubernetes.io/component": "proxy", "app.kubernetes.io/instance": "aviflow"}
     release = {"matchLabels": {"kubernetes.io/metadata.name": "aviflow"}}
-    # in: only from the hub's pod (proxy and hub, in the release's namespace), on the
-    # notebook port
+    # in: only from the proxy and the hub (in the release's namespace), on the notebook port
     assert nb["ingress"] == [
         {
-            "from": [{"namespaceSelector": release, "podSelector": {"matchLabels": hub}}],
+            "from": [
+                {"namespaceSelector": release, "podSelector": {"matchLabels": proxy}},
+                {"namespaceSelector": release, "podSelector": {"matchLabels": hub}},
+            ],
             "ports": [{"protocol": "TCP", "port": 8888}],
         }
+    ]
+    # the proxy's public port for everyone, its API (the routes) for the hub only
+    assert doc(docs, "NetworkPolicy", "aviflow-proxy")["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 8000}]},
+        {
+            "from": [{"podSelector": {"matchLabels": hub}}],
+            "ports": [{"protocol": "TCP", "port": 8001}],
+        },
+    ]
+    # the hub's API for the proxy, notebooks and aviflow-api; nothing else
+    assert [
+        (rule["from"], rule["ports"])
+        for rule in doc(docs, "NetworkPolicy", "aviflow-hub")["spec"]["ingress"]
+    ] == [
+        (
+            [
+                {"podSelector": {"matchLabels": proxy}},
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "aviflow-notebooks"}
+                    },
+                    "podSelector": nb["podSelector"],
+                },
+                {"podSelector": {"matchLabels": api}},
+            ],
+            [{"protocol": "TCP", "port": 8081}],
+        )
     ]
     # out: the hub's API, aviflow-api, DNS, and public addresses only: no Kubernetes API and
     # no other pod (cluster addresses are private)
@@ -75,6 +105,7 @@ def test_network_policies(render: Render) -> None:
     assert names == [
         ("aviflow-notebooks", "aviflow-notebooks"),
         ("aviflow", "aviflow-hub"),
+        ("aviflow", "aviflow-proxy"),
         ("aviflow", "aviflow-api"),
         ("aviflow", "aviflow-controller"),
         ("aviflow", "aviflow-trainers"),  # no teams: no team namespaces
@@ -91,9 +122,9 @@ def test_network_policies(render: Render) -> None:
 
 
 def test_the_users_address_over_tls_at_the_proxy_or_an_ingress(render: Render) -> None:
-    """``proxy.https``: the proxy serves HTTPS with the TLS Secret's certificate (JupyterHub
-    hands ``ssl_cert``/``ssl_key`` to it); ``ingress``: an Ingress of the admin's class in
-    front of the proxy's Service. The dev login on ClusterIP needs no permission."""
+    """``proxy.https``: the proxy serves HTTPS with the TLS Secret's certificate (mounted in
+    the proxy's pod only); ``ingress``: an Ingress of the admin's class in front of the
+    proxy's Service. The dev login on ClusterIP needs no permission."""
     docs = render(
         values={
             "auth": {"dev": {"allowOnPublicAddress": False}},
@@ -104,21 +135,22 @@ def test_the_users_address_over_tls_at_the_proxy_or_an_ingress(render: Render) -
             },
         }
     )
-    hub = next(
-        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "aviflow-hub"
-    )
-    pod = hub["spec"]["template"]["spec"]
+    pod = doc(docs, "Deployment", "aviflow-proxy")["spec"]["template"]["spec"]
     [c] = pod["containers"]
     assert c["command"][-2:] == [
-        "--JupyterHub.ssl_cert=/etc/aviflow-tls/tls.crt",
-        "--JupyterHub.ssl_key=/etc/aviflow-tls/tls.key",
+        "--ssl-cert=/etc/aviflow-tls/tls.crt",
+        "--ssl-key=/etc/aviflow-tls/tls.key",
     ]
-    assert {"name": "tls", "mountPath": "/etc/aviflow-tls", "readOnly": True} in c["volumeMounts"]
-    assert {"name": "tls", "secret": {"secretName": "hub-tls"}} in pod["volumes"]
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert c["volumeMounts"] == [{"name": "tls", "mountPath": "/etc/aviflow-tls", "readOnly": True}]
+    assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": "hub-tls"}}]
+    hub = doc(docs, "Deployment", "aviflow-hub")["spec"]["template"]["spec"]
+    assert [v["name"] for v in hub["volumes"]] == ["config", "db", "tmp"]  # no certificate
     [svc] = [
         d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-public")
     ]
     assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "http"}]
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "proxy"
     assert not [d for d in docs if d["kind"] == "Ingress"]
     docs = render(
         values={

@@ -26,7 +26,7 @@ import pytest
 import requests
 import yaml
 from aviflow_images import own_cluster, trainer_images_entry
-from aviflow_kernel import run_in_kernel
+from aviflow_kernel import execute, run_in_kernel, start_kernel
 from aviflow_pool import hostpath_storage
 
 from aviflow.store import DATA_DIR, RunDir
@@ -131,7 +131,8 @@ def test_install_upgrade_rollback_uninstall(
     spawns a KubeSpawner notebook on a CPU node and submits a cell from it, which waits for
     its team's quota; ``helm upgrade`` raising the quota is all it takes for it to train to
     the end on the HGX nodes, and the profile changed in the same upgrade reaches the next
-    spawn. A kubectl TrainJob of another team's member is refused by the queue policy.
+    spawn. The upgrade and a rollout restart of the hub keep her notebook pod, a variable in
+    its live kernel and its route (the proxy runs apart). A kubectl TrainJob of another team's member is refused by the queue policy.
     ``helm rollback`` restores quota and profile; ``helm uninstall`` leaves only what is
     documented to stay."""
     cluster = chart_cluster
@@ -219,22 +220,42 @@ def test_install_upgrade_rollback_uninstall(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + explain(cluster, ns)
 
+    def pods_of(component: str) -> list[dict[str, Any]]:
+        return list(
+            kubectl_json(
+                cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={component}"
+            )["items"]
+        )
+
     def pod_of(component: str) -> dict[str, Any]:
-        [pod] = kubectl_json(
-            cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={component}"
-        )["items"]
+        [pod] = pods_of(component)
         return pod
 
     step("each part runs in its image, under its own service account")
     # each part runs in its image, under its own service account
-    for component, sa, digest in (
-        ("hub", f"{release}-hub", hub_image["digest"]),
-        ("api", f"{release}-api", hub_image["digest"]),
-        ("controller", f"{release}-controller", trainer["digest"]),
+    for component, sa, digest, replicas in (
+        ("hub", f"{release}-hub", hub_image["digest"], 1),
+        ("proxy", f"{release}-proxy", hub_image["digest"], 1),
+        ("api", f"{release}-api", hub_image["digest"], 1),
+        ("controller", f"{release}-controller", trainer["digest"], 2),
     ):
-        pod = pod_of(component)
-        assert pod["spec"]["serviceAccountName"] == sa
-        assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
+        pods = pods_of(component)
+        assert len(pods) == replicas, component
+        for pod in pods:
+            assert pod["spec"]["serviceAccountName"] == sa
+            assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
+    # one of the two controllers leads, on the release's Lease
+    controllers = {p["metadata"]["name"] for p in pods_of("controller")}
+    holder = until(
+        cluster,
+        ns,
+        lambda: kubectl_json(cluster, "get", "lease", f"{release}-controller", "-n", ns)[
+            "spec"
+        ].get("holderIdentity"),
+        60,
+        "a controller leads",
+    )
+    assert holder.rsplit("_", 1)[0] in controllers, (holder, controllers)
 
     step("the user's address: the proxy's LoadBalancer Service")
     # the user's address: the proxy's LoadBalancer Service
@@ -260,6 +281,10 @@ def test_install_upgrade_rollback_uninstall(
     )
     assert nb["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "1"
     assert nb["status"]["containerStatuses"][0]["imageID"] == notebook["digest"]
+    # a live kernel holding a variable: it must outlive the hub's upgrades and restarts
+    notebook_url = f"{url}/user/alice/"
+    kernel = start_kernel(notebook_url, alice.token)
+    assert execute(notebook_url, alice.token, kernel, "kept = 6 * 7") == ("", None)
 
     step("a cell in her notebook: two jobs of 2 GPUs on her team's 2-G")
     # a cell in her notebook: two jobs of 2 GPUs on her team's 2-GPU quota, through
@@ -291,7 +316,9 @@ def test_install_upgrade_rollback_uninstall(
     step("the admin raises the quota and changes the profile: nothing ")
     # the admin raises the quota and changes the profile: nothing else to do
     token_before = kubectl_json(cluster, "get", "secret", f"{release}-hub", "-n", ns)["data"]
-    pods_before = {c: pod_of(c)["metadata"]["uid"] for c in ("hub", "api", "controller")}
+    pods_before = {
+        c: {p["metadata"]["uid"] for p in pods_of(c)} for c in ("hub", "api", "controller", "proxy")
+    }
     done = helm_run(
         helm, cluster, home, "upgrade", release, str(CHART), "-n", ns, "-f", str(values(4, 2)),
         "--wait", "--timeout", "5m",
@@ -307,28 +334,47 @@ def test_install_upgrade_rollback_uninstall(
 
     # the config changed: new hub and aviflow-api pods (the controller's settings did not)
     def rolled() -> dict[str, bool | None]:
-        """Per component: whether its one live pod is a new one (None: not one pod now)."""
+        """Per component: whether its live pods are all new (True) or all the same (False);
+        None in between (a rollout under way)."""
         out: dict[str, bool | None] = {}
         for c, before in pods_before.items():
-            items = kubectl_json(
-                cluster, "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={c}"
-            )["items"]
-            live = [
-                p["metadata"]["uid"] for p in items if not p["metadata"].get("deletionTimestamp")
-            ]
-            out[c] = live[0] != before if len(live) == 1 else None
+            live = {
+                p["metadata"]["uid"]
+                for p in pods_of(c)
+                if not p["metadata"].get("deletionTimestamp")
+            }
+            same = live == before
+            new = len(live) == len(before) and not live & before
+            out[c] = False if same else True if new else None
         return out
 
     until(
         cluster,
         ns,
-        lambda: rolled() == {"hub": True, "api": True, "controller": False},
+        lambda: rolled() == {"hub": True, "api": True, "controller": False, "proxy": False},
         180,
-        "the hub and aviflow-api are rolled, the controller is not",
+        "the hub and aviflow-api are rolled, the controller and the proxy are not",
     )
     step("the new hub keeps its database: the sa")
     # the new hub keeps its database: the same token still works
     until(cluster, ns, lambda: answers(f"{url}/hub/health"), 180, "the new hub answers")
+
+    def kept_alive(what: str) -> None:
+        """Alice's notebook pod, its kernel and its route through the proxy are the ones of
+        before, and the kernel still holds her variable."""
+        [now] = kubectl_json(
+            cluster, "get", "pods", "-n", nb_ns, "-l", "component=singleuser-server"
+        )["items"]
+        assert now["metadata"]["uid"] == nb["metadata"]["uid"], what
+        assert execute(notebook_url, alice.token, kernel, "print(kept)") == ("42\n", None), what
+        assert alice.server() is not None, what  # the new hub knows it runs
+
+    kept_alive("after an upgrade that rolled the hub")
+    step("a rollout restart of the hub keeps her notebook too")
+    cluster.kubectl("rollout", "restart", f"deployment/{release}-hub", "-n", ns)
+    cluster.kubectl("rollout", "status", f"deployment/{release}-hub", "-n", ns, "--timeout=180s")
+    until(cluster, ns, lambda: answers(f"{url}/hub/health"), 180, "the restarted hub answers")
+    kept_alive("after a rollout restart of the hub")
     until(
         cluster,
         ns,
@@ -347,7 +393,10 @@ def test_install_upgrade_rollback_uninstall(
         headers=alice.headers,
         timeout=60,
     )
-    assert r.status_code == 200, r.text
+    # asked for at once (202, with its state then: running still, unless the controller was
+    # quicker than the answer); the controller ends it
+    assert r.status_code == 202 and r.json()["cancelled"] is True, r.text
+    assert r.json()["state"] in ("RUNNING", "CANCELLED"), r.text
     until(
         cluster,
         ns,

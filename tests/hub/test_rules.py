@@ -197,6 +197,23 @@ def test_kubernetes_settings() -> None:
     assert s["KubeSpawner"]["cmd"] == ["jupyterhub-singleuser"]
     assert "ip" not in s["KubeSpawner"] and "environment" not in s["KubeSpawner"]
     assert (s["Spawner"]["start_timeout"], s["Spawner"]["http_timeout"]) == (300, 120)
+    # notebook pods outlive the hub's pod (an upgrade, a rollout restart): the next hub finds
+    # them; the hub runs the proxy as its child unless told where it runs apart
+    assert s["JupyterHub"]["cleanup_servers"] is False
+    assert "should_start" not in s["ConfigurableHTTPProxy"]
+    apart = HubConfig.from_dict(
+        {**cfg.to_dict(), "hub": {**cfg.to_dict()["hub"], "proxyUrl": "http://proxy-api:8001"}}
+    )
+    a = hub_settings(apart, Path("/h.yaml"), base_dir=Path("/srv"), python="/py")
+    assert a["ConfigurableHTTPProxy"] == {
+        "pid_file": "/srv/.hub/proxy.pid",
+        "api_url": "http://proxy-api:8001",
+        "should_start": False,
+    }
+    assert (a["JupyterHub"]["cleanup_proxy"], a["JupyterHub"]["last_activity_interval"]) == (
+        False,
+        60,
+    )
     pod_ip = HubConfig.from_dict(
         {
             **cfg.to_dict(),
@@ -230,9 +247,10 @@ def test_kubernetes_settings() -> None:
         "--timeout=3600",
         "--cull-every=300",
     ]
-    # Hub stop: notebooks are stopped with the hub; no periodic service check (it crashes on a
-    # service being stopped).
-    assert (s["JupyterHub"]["cleanup_servers"], s["JupyterHub"]["service_check_interval"]) == (
+    # A local hub's stop stops its notebooks (processes of its own); no periodic service check
+    # (it crashes on a service being stopped).
+    local = hub_settings(CFG, Path("/h.yaml"), base_dir=Path("/srv"), python="/py")
+    assert (local["JupyterHub"]["cleanup_servers"], s["JupyterHub"]["service_check_interval"]) == (
         True,
         0,
     )

@@ -168,6 +168,7 @@ strict loader; a key it does not know stops them with its name.
 {{- $_ := set $hub "port" 8000 -}}
 {{- $_ := set $hub "hubPort" 8081 -}}
 {{- $_ := set $hub "hubConnectUrl" (include "aviflow.hubUrl" .) -}}
+{{- $_ := set $hub "proxyUrl" (printf "http://%s-proxy-api.%s.svc:8001" .Release.Name .Release.Namespace) -}}
 {{- $_ := set $hub "dataDir" "/srv/jupyterhub" -}}
 {{- $_ := set $hub "spawner" "kubernetes" -}}
 {{- $_ := set $hub "namespace" (include "aviflow.notebooksNamespace" .) -}}
@@ -189,6 +190,7 @@ strict loader; a key it does not know stops them with its name.
 runAsUser: 1000
 runAsGroup: 1000
 fsGroup: 1000
+fsGroupChangePolicy: OnRootMismatch  # no recursive chown of a volume at every start
 runAsNonRoot: true
 seccompProfile: {type: RuntimeDefault}
 {{- end }}
