@@ -347,18 +347,18 @@ def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) 
 
 def append_line(path: Path, obj: dict[str, Any], *, beneath: Path | None = None) -> None:
     """Append one JSON line with a single ``write`` on an O_APPEND descriptor of a regular
-    file (created if missing; a symlink or special file there is refused)."""
+    file (created if missing; a symlink or special file there is refused).
+
+    Never torn, never tearing: a line cut short before (a crash, a full disk) is ended first,
+    so it stays a bad line of its own instead of swallowing this one; a write the disk
+    cannot take whole (ENOSPC, EDQUOT) is taken back and raises, leaving the file as it
+    was."""
     line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
     with _parent(path, beneath) as dir_fd:
         try:
             fd = os.open(
                 Path(path).name,
-                os.O_WRONLY
-                | os.O_APPEND
-                | os.O_CREAT
-                | os.O_NOFOLLOW
-                | os.O_NONBLOCK
-                | os.O_CLOEXEC,
+                os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                 0o644,
                 dir_fd=dir_fd,
             )
@@ -367,8 +367,18 @@ def append_line(path: Path, obj: dict[str, Any], *, beneath: Path | None = None)
                 raise _refused(Path(path).name, exc) from None
             raise
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise UnsafeJobFile(f"{Path(path).name!r} is not a regular file; nothing appended")
-        os.write(fd, line)
+        if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+            line = b"\n" + line  # the torn line before stays alone
+        written = os.write(fd, line)
+        if written != len(line):
+            os.ftruncate(fd, st.st_size)
+            raise OSError(
+                errno.ENOSPC,
+                f"{Path(path).name}: the disk took {written} of {len(line)} bytes; "
+                "nothing appended (free space on the run store)",
+            )
     finally:
         os.close(fd)

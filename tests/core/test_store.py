@@ -303,3 +303,30 @@ def test_finished_jobs_of_the_flat_layout_of_earlier_versions_are_moved_in(tmp_p
     assert store.checkpoint_path(CheckpointRef("old-1", 10)).is_dir()
     assert running.is_dir()  # an unfinished one stays where its supervisor works
     assert RunStore(tmp_path).migrate_legacy() == []
+
+
+def test_a_torn_line_stays_alone_and_a_short_write_is_taken_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line cut short (a crash, a full disk) no longer swallows the next one; a write the
+    disk takes only in part leaves the file as it was and says so."""
+    from aviflow.store._files import append_line
+
+    path = tmp_path / "events.jsonl"
+    append_line(path, {"n": 1})
+    with path.open("ab") as f:
+        f.write(b'{"n": 2, "cut sh')  # the writer died here
+    append_line(path, {"n": 3})
+    assert path.read_bytes() == b'{"n":1}\n{"n": 2, "cut sh\n{"n":3}\n'
+    assert read_lines(path) == ([{"n": 1}, {"n": 3}], len(path.read_bytes()))
+
+    before = path.read_bytes()
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, data[:4]))
+    with pytest.raises(OSError, match=r"the disk took 4 of 8 bytes; nothing appended") as exc:
+        append_line(path, {"n": 4})
+    monkeypatch.undo()
+    assert exc.value.errno == 28  # ENOSPC
+    assert path.read_bytes() == before
+    append_line(path, {"n": 5})
+    assert read_lines(path)[0] == [{"n": 1}, {"n": 3}, {"n": 5}]
