@@ -322,6 +322,9 @@ def attempt_job(
     }
     if deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = max(1, int(deadline_seconds))
+    if settings.finished_ttl_seconds is not None:
+        # finished attempts do not pile up (nor their pods, nor the controller's relists)
+        job_spec["ttlSecondsAfterFinished"] = settings.finished_ttl_seconds
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -219,6 +219,14 @@ class ClusterSettings(StrictModel):
     )
     topology: Topology = Field(default_factory=Topology)
     termination_grace_seconds: int = Field(30, alias="terminationGraceSeconds", ge=0, le=3600)
+    finished_ttl_seconds: int | None = Field(
+        3600,
+        alias="finishedTtlSeconds",
+        ge=0,
+        description="Seconds a finished attempt's Job and pods stay (kubectl logs) before "
+        "Kubernetes deletes them (ttlSecondsAfterFinished); its end, logs' tail and usage are "
+        "recorded by then. null: kept until the TrainJob is deleted.",
+    )
     priority_class: str | None = Field(
         None, alias="priorityClass", description="A Kueue WorkloadPriorityClass for every job."
     )

@@ -179,6 +179,18 @@ def test_requests_default_per_gpu_from_the_settings() -> None:
     assert "activeDeadlineSeconds" not in job["spec"]
 
 
+def test_finished_attempts_are_deleted_after_the_admins_ttl() -> None:
+    """Kubernetes deletes a finished attempt's Job and pods after ``finishedTtlSeconds``
+    (default an hour: its end and usage are recorded long before); null keeps them."""
+    assert m.attempt_job(SMALL, SMALL_REF, 1, DEFAULTS)["spec"]["ttlSecondsAfterFinished"] == 3600
+    keep = DEFAULTS.model_copy(update={"finished_ttl_seconds": None})
+    assert "ttlSecondsAfterFinished" not in m.attempt_job(SMALL, SMALL_REF, 1, keep)["spec"]
+    with pytest.raises(
+        BackendError, match="finishedTtlSeconds: Input should be greater than or equal to 0"
+    ):
+        ClusterSettings.from_dict({"finishedTtlSeconds": -1})
+
+
 def test_the_port_is_stable_per_attempt_and_in_range() -> None:
     ports = {m.main_port(f"job-{i:04d}", 1) for i in range(200)}
     assert all(m.PORT_BASE <= p < m.PORT_BASE + m.PORT_SPAN for p in ports)
