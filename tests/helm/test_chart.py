@@ -62,10 +62,15 @@ def test_the_values_are_a_hub_config(values: Path) -> None:
 
 
 def readable(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rendered objects for a golden file: the hub's Secret decoded, and its generated
-    token (random on each ``helm template``) replaced by what it is."""
+    """The rendered objects for a golden file: the hub's Secret decoded, and the generated
+    tokens (aviflow-api's and the proxy's, random on each ``helm template``) replaced by what
+    they are."""
     out = []
     for d in docs:
+        if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-proxy"):
+            token = base64.b64decode(d["data"]["token"]).decode()
+            assert len(token) == 64 and token.isalnum(), token
+            d = {**d, "data": {"token": "<generated: 64 letters and digits>"}}
         if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-hub"):
             token = base64.b64decode(d["data"]["api-token"]).decode()
             assert len(token) == 64 and token.isalnum(), token
@@ -226,6 +231,7 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
         "runAsUser": 1000,
         "runAsGroup": 1000,
         "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -499,7 +505,8 @@ def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -
     assert resources == {
         "hub": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
         "proxy": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-        "api": {"requests": {"cpu": "2"}, "limits": {}},  # the admin's, whole
+        # the admin's, merged key by key into the defaults (Helm's values; null removes one)
+        "api": {"requests": {"cpu": "2", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
         "controller": {
             "requests": {"cpu": "200m", "memory": "256Mi"},
             "limits": {"memory": "1Gi"},

@@ -252,12 +252,13 @@ def test_namespaces_by_trust(render: Render) -> None:
         {"namespace": "ml-prod", "name": "aviflow-runs"},
         "Retain",
     )
-    # the controller and aviflow-api act in each team's namespace; the hub in the notebooks'
+    # the controller and aviflow-api act in each team's namespace; the hub in the notebooks';
+    # the controller's Lease in the release's
     roles = sorted(
         (d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Role"
     )
     assert roles == sorted(
-        [("aviflow-notebooks", "aviflow-hub")]
+        [("aviflow-notebooks", "aviflow-hub"), ("aviflow", "aviflow-controller-lease")]
         + [
             (ns, f"aviflow-{who}")
             for ns in ("aviflow-vision", "aviflow-nlp", "ml-prod")

@@ -31,23 +31,54 @@ IMAGES = ("hub", "notebook", "trainer")
 BUILD_TIMEOUT = 2700
 
 
+_built: list[subprocess.CompletedProcess[str]] = []  # this process's one build
+
+
+def _build_images() -> subprocess.CompletedProcess[str]:
+    """``images/build.sh`` for all three, once per process (each worker's; the build script
+    holds the image store's lock, and builds nothing that is in the build cache)."""
+    if not _built:
+        t0 = time.monotonic()
+        cmd = ["bash", str(ROOT / "images" / "build.sh"), *IMAGES]
+        try:
+            proc = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                env={**os.environ, "PYTHON": sys.executable},
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired as exc:  # every test that needs them says so
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+            proc = subprocess.CompletedProcess(cmd, -1, out, f"timed out after {BUILD_TIMEOUT} s")
+        print(f"images built in {time.monotonic() - t0:.0f} s:\n{proc.stdout}", file=sys.stderr)
+        _built.append(proc)
+    return _built[0]
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Builds the images before the first test when a selected test needs them, as the
+    control plane's binaries are: outside every test's timeout (a cold build fetches a
+    Debian base and torch, which can take longer than one test may)."""
+    if any("built_images" in getattr(item, "fixturenames", ()) for item in items):
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line("aviflow images: building (cached: seconds; cold: many minutes)")
+        _build_images()
+
+
 @pytest.fixture(scope="session")
 def built_images() -> dict[str, dict[str, Any]]:
     """``images/build.sh`` for all three; its report row per image (tag, digest, layout)."""
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        ["bash", str(ROOT / "images" / "build.sh"), *IMAGES],
-        cwd=ROOT,
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-    )
+    proc = _build_images()
     assert proc.returncode == 0, (
         f"images/build.sh failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
     )
     rows = [json.loads(line) for line in (BUILD / "images.jsonl").read_text().splitlines()]
-    print(f"images built in {time.monotonic() - t0:.0f} s:\n{proc.stdout}", file=sys.stderr)
     return {row["name"]: row for row in rows}
 
 
