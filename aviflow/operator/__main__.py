@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         help="act at once, without the lease (only where no other controller runs)",
     )
     parser.add_argument("--lease", default=LEASE, help="the Lease's name (one per release)")
-    parser.add_argument("--lease-duration", type=float, default=lease.lease_duration)
+    parser.add_argument("--lease-duration", type=int, default=lease.lease_duration)
     parser.add_argument("--renew-deadline", type=float, default=lease.renew_deadline)
     parser.add_argument("--retry-period", type=float, default=lease.retry_period)
     ns = parser.parse_args(argv)
@@ -104,9 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
 
         def elect() -> None:
-            leader.run(lead)
-            lost.set()
-            done.set()
+            try:
+                leader.run(lead)
+            except Exception as exc:  # the election itself failed: stop, say why, start again
+                log.exception("leader election failed")
+                failed.append(f"leader election failed: {exc!r}")
+            finally:
+                lost.set()
+                done.set()
 
         threading.Thread(target=elect, name="leader-election", daemon=True).start()
     done.wait()

@@ -32,13 +32,16 @@ LEASE = "aviflow-controller"
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds, as client-go's ``LeaderElectionConfig`` (its defaults: 15, 10, 2)."""
+    """Seconds, as client-go's ``LeaderElectionConfig`` (its defaults: 15, 10, 2); the
+    lease's duration is whole seconds (the Lease's ``leaseDurationSeconds``)."""
 
-    lease_duration: float = 15.0
+    lease_duration: int = 15
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
+        if int(self.lease_duration) != self.lease_duration:
+            raise ValueError(f"the lease duration is whole seconds; got {self.lease_duration}")
         if not self.lease_duration > self.renew_deadline > 1.2 * self.retry_period >= 1.2:
             raise ValueError(
                 "leader election needs lease duration > renew deadline > 1.2 x retry period "
@@ -114,7 +117,7 @@ class Leadership:
         t = self.timing
         config = electionconfig.Config(  # type: ignore[no-untyped-call]
             _Lock(self.api, self.name, self.namespace, self.identity),
-            lease_duration=t.lease_duration,
+            lease_duration=int(t.lease_duration),
             renew_deadline=t.renew_deadline,
             retry_period=t.retry_period,
             onstarted_leading=lead,

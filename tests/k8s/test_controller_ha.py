@@ -35,6 +35,8 @@ def test_timing_is_checked() -> None:
         Timing(lease_duration=10, renew_deadline=10, retry_period=2)
     with pytest.raises(ValueError, match=r"1\.2 x retry period"):
         Timing(lease_duration=15, renew_deadline=2, retry_period=2)
+    with pytest.raises(ValueError, match=r"whole seconds; got 4\.5"):
+        Timing(lease_duration=4.5, renew_deadline=3, retry_period=1)  # type: ignore[arg-type]
 
 
 def test_the_fence_closes_at_the_renew_deadline(make_pool: Any) -> None:
@@ -102,7 +104,11 @@ def test_a_second_controller_takes_over_and_nothing_is_recorded_twice(
     a = _Candidate(pool, settings, "ctl-a", tmp_path)
     candidates = [a]
     try:
-        wait_for(lambda: _holder(pool).startswith("ctl-a_"), 120, "ctl-a leads")
+        wait_for(
+            lambda: _holder(pool).startswith("ctl-a_"),
+            120,
+            lambda: f"ctl-a leads; its log:\n{a.text()[-4000:]}",
+        )
         wait_for(lambda: "ctl-a" in a.text() and " leads" in a.text(), 120, "ctl-a started")
         b = _Candidate(pool, settings, "ctl-b", tmp_path)
         candidates.append(b)
