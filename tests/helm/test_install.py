@@ -246,15 +246,15 @@ def test_install_upgrade_rollback_uninstall(
             assert pod["status"]["containerStatuses"][0]["imageID"] == digest, component
     # one of the two controllers leads, on the release's Lease
     controllers = {p["metadata"]["name"] for p in pods_of("controller")}
-    holder = until(
-        cluster,
-        ns,
-        lambda: kubectl_json(cluster, "get", "lease", f"{release}-controller", "-n", ns)[
-            "spec"
-        ].get("holderIdentity"),
-        60,
-        "a controller leads",
-    )
+
+    def lease_holder() -> str | None:
+        got = cluster.kubectl(
+            "get", "lease", f"{release}-controller", "-n", ns, "--ignore-not-found",
+            "-o", "jsonpath={.spec.holderIdentity}",
+        )  # fmt: skip
+        return got.stdout.strip() or None
+
+    holder = until(cluster, ns, lease_holder, 120, "a controller leads")
     assert holder.rsplit("_", 1)[0] in controllers, (holder, controllers)
 
     step("the user's address: the proxy's LoadBalancer Service")
