@@ -77,13 +77,10 @@ class Supervisor:
         self.cancel_asked = True
 
     def _check_requests(self) -> None:
-        try:
-            asked = self.run.cancel_request.read_bytes()
-        except FileNotFoundError:
-            pass
-        else:
+        asked = self.run.cancel_reason()
+        if asked is not None:
             self.cancel_asked = True
-            self.cancel_message = asked[:4096].decode("utf-8", "replace").strip()
+            self.cancel_message = asked
         if not self.run.spec_path.exists():  # the run store was deleted under us
             self.gone = True
 

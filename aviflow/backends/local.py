@@ -366,11 +366,8 @@ class LocalBackend(StoreReads, Backend):
             pgids = read_json(run.processes_path, {}).get("pgids", [])
             _procs.stop_job(run.id, pgids)
             lc = Lifecycle.from_events(Policy.from_spec(run.spec().spec), run.events().items)
-            try:
-                asked = run.cancel_request.read_bytes()[:4096].decode("utf-8", "replace").strip()
-            except FileNotFoundError:
-                asked = ""
-            cancelled = cancelled or bool(asked)
+            asked = run.cancel_reason()
+            cancelled = cancelled or asked is not None
             message = (asked or "cancelled") if cancelled else ORPHAN_MESSAGE
             step = lc.observe(Lost(time.time(), message, cancelled=cancelled))
             run.record(step.events, step.lifecycle.status())

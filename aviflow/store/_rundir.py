@@ -214,6 +214,17 @@ class RunDir:
     def cancel_request(self) -> Path:
         return self.path / "cancel-requested"
 
+    def cancel_reason(self) -> str | None:
+        """Who asked for the cancel (``cancelled by alice``), None when nobody has: the
+        request's first 4 KiB, read without following a symlink."""
+        try:
+            raw = read_bytes(self.cancel_request, self.path, limit=4096)
+        except FileNotFoundError:
+            return None
+        except UnsafeJobFile:
+            return "cancelled"
+        return raw.decode("utf-8", "replace").strip()
+
     def rank_log(self, rank: int) -> Path:
         return self.logs_dir / f"rank-{int(rank)}.log"
 

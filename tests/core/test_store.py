@@ -330,3 +330,19 @@ def test_a_torn_line_stays_alone_and_a_short_write_is_taken_back(
     assert path.read_bytes() == before
     append_line(path, {"n": 5})
     assert read_lines(path)[0] == [{"n": 1}, {"n": 3}, {"n": 5}]
+
+
+def test_the_cancel_reason_is_read_bounded_and_never_through_a_link(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "job")
+    run.path.mkdir()
+    assert run.cancel_reason() is None
+    atomic_write(run.cancel_request, b"cancelled by alice\n")
+    assert run.cancel_reason() == "cancelled by alice"
+    secret = tmp_path / "secret"
+    secret.write_text("the platform's token")
+    run.cancel_request.unlink()
+    run.cancel_request.symlink_to(secret)
+    assert run.cancel_reason() == "cancelled"  # asked, but whose words it cannot tell
+    run.cancel_request.unlink()
+    run.cancel_request.write_bytes(b"x" * 5000)
+    assert run.cancel_reason() == "cancelled"

@@ -11,6 +11,7 @@ module's own, not in host mode (a pod runs in its image or not at all).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -31,30 +32,26 @@ IMAGES = ("hub", "notebook", "trainer")
 BUILD_TIMEOUT = 2700
 
 
-_built: list[subprocess.CompletedProcess[str]] = []  # this process's one build
-
-
+@functools.cache
 def _build_images() -> subprocess.CompletedProcess[str]:
     """``images/build.sh`` for all three, once per process (each worker's; the build script
     holds the image store's lock, and builds nothing that is in the build cache)."""
-    if not _built:
-        t0 = time.monotonic()
-        cmd = ["bash", str(ROOT / "images" / "build.sh"), *IMAGES]
-        try:
-            proc = subprocess.run(
-                cmd,
-                cwd=ROOT,
-                env={**os.environ, "PYTHON": sys.executable},
-                capture_output=True,
-                text=True,
-                timeout=BUILD_TIMEOUT,
-            )
-        except subprocess.TimeoutExpired as exc:  # every test that needs them says so
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-            proc = subprocess.CompletedProcess(cmd, -1, out, f"timed out after {BUILD_TIMEOUT} s")
-        print(f"images built in {time.monotonic() - t0:.0f} s:\n{proc.stdout}", file=sys.stderr)
-        _built.append(proc)
-    return _built[0]
+    t0 = time.monotonic()
+    cmd = ["bash", str(ROOT / "images" / "build.sh"), *IMAGES]
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, "PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired as exc:  # every test that needs them says so
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        proc = subprocess.CompletedProcess(cmd, -1, out, f"timed out after {BUILD_TIMEOUT} s")
+    print(f"images built in {time.monotonic() - t0:.0f} s:\n{proc.stdout}", file=sys.stderr)
+    return proc
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected

@@ -23,7 +23,7 @@ from aviflow.operator._leader import LEASE, Leadership, Timing
 from aviflow.records import EventType, JobState
 from aviflow_testcluster import wait_for
 
-from .test_trainjobs import rank_process, tiny
+from .trainjob_kit import rank_process, tiny
 
 pytestmark = pytest.mark.cluster
 
@@ -62,17 +62,18 @@ class _Candidate:
 
     def __init__(self, pool: Any, settings: Path, name: str, work: Path) -> None:
         self.name, self.log = name, work / f"{name}.log"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "aviflow.operator", "--settings", str(settings),
-                "--kubeconfig", str(pool.cluster.kubeconfig), "--workers", "2",
-                "--resync", "10", "--lease-duration", str(TIMING.lease_duration),
-                "--renew-deadline", str(TIMING.renew_deadline),
-                "--retry-period", str(TIMING.retry_period),
-            ],
-            stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "POD_NAME": name},
-        )  # fmt: skip
+        with self.log.open("wb") as out:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "aviflow.operator", "--settings", str(settings),
+                    "--kubeconfig", str(pool.cluster.kubeconfig), "--workers", "2",
+                    "--resync", "10", "--lease-duration", str(TIMING.lease_duration),
+                    "--renew-deadline", str(TIMING.renew_deadline),
+                    "--retry-period", str(TIMING.retry_period),
+                ],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "POD_NAME": name},
+            )  # fmt: skip
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")

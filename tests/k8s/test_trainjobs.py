@@ -7,7 +7,6 @@ from __future__ import annotations
 import getpass
 import json
 import time
-from importlib.resources import files
 from typing import Any
 
 import pytest
@@ -21,26 +20,9 @@ from aviflow.spec import TrainJob
 from aviflow.store import RunDir
 from aviflow_testcluster import wait_for
 
+from .trainjob_kit import TINY, rank_process, tiny
+
 pytestmark = pytest.mark.cluster
-
-TINY = files("aviflow.examples").joinpath("tiny_regression.py").read_text()
-
-
-def tiny(name: str, queue: str = "default", nodes: int = 2, gpus: int = 2, **spec: Any) -> TrainJob:
-    env = {"TINY_STEPS": "30", "TINY_CKPT_EVERY": "10", **spec.pop("env", {})}
-    return TrainJob.from_dict(
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "queue": queue,
-                "nodes": nodes,
-                "gpusPerNode": gpus,
-                "script": TINY,
-                "env": env,
-                **spec,
-            },
-        }
-    )
 
 
 def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
@@ -160,24 +142,6 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     assert waiting.events()[-1].message == f"cancelled by {getpass.getuser()}"
     assert [e.type for e in running.events()][-1] is EventType.CANCELLED
     wait_for(lambda: not any(pool.leftovers().values()), 60, f"nothing left: {pool.leftovers()}")
-
-
-def rank_process(run_dir: str, rank: int) -> Any:
-    """The process of ``rank`` of the job whose pods mount ``run_dir`` (the test cluster's
-    pods are processes of this machine)."""
-    import psutil
-
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = proc.info["cmdline"] or []
-            if "aviflow.runtime.rank" not in cmd:
-                continue
-            env = proc.environ()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if env.get("AVIFLOW_RUN_DIR") == run_dir and env.get("RANK") == str(rank):
-            return proc
-    return None
 
 
 def test_kill_9_of_one_rank_restarts_the_whole_group_from_its_checkpoint(make_pool: Any) -> None:
@@ -553,117 +517,3 @@ def test_a_hung_rank_is_reported_with_its_stacks_and_the_group_restarts(make_poo
     # the hung attempt's Job was deleted to stop its pods; the restarted one finished
     jobs = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "name").stdout.split()
     assert jobs == [f"job.batch/{job.id}-a2"]
-
-
-def test_a_job_reads_its_teams_secret_by_name_and_no_record_keeps_the_value(
-    make_pool: Any,
-) -> None:
-    """``spec.secrets``: the ranks see the Secret's keys as variables; the TrainJob, its
-    status and the run store carry the name only. A Secret that is not there fails the
-    attempt with the kubelet's words instead of holding its GPUs."""
-    import hashlib
-    import uuid
-
-    pool = make_pool()
-    value = f"hf_{uuid.uuid4().hex}"
-    pool.cluster.kubectl(
-        "create", "secret", "generic", "hf-token", f"--from-literal=HF_TOKEN={value}",
-        "-n", pool.namespace,
-    )  # fmt: skip
-    script = (
-        "import hashlib, os\n"
-        "print('token', hashlib.sha256(os.environ['HF_TOKEN'].encode()).hexdigest(), flush=True)\n"
-    )
-
-    def job(name: str, secret: str) -> TrainJob:
-        spec = {"queue": "default", "nodes": 1, "gpusPerNode": 1, "script": script}
-        return TrainJob.from_dict(
-            {"metadata": {"name": name}, "spec": {**spec, "secrets": [secret]}}
-        )
-
-    ok = api.submit(job("with-secret", "hf-token"), pool.backend)
-    assert ok.wait(timeout=180) is JobState.SUCCEEDED, ok.logs(0)
-    assert f"token {hashlib.sha256(value.encode()).hexdigest()}" in ok.logs(0)
-    cr = pool.cluster.kubectl("get", "trainjob", ok.id, "-n", pool.namespace, "-o", "json").stdout
-    assert json.loads(cr)["spec"]["secrets"] == ["hf-token"] and value not in cr
-    run_dir = pool.backend.store.locate(ok.id)
-    assert run_dir is not None
-    kept = [p for p in run_dir.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
-    assert kept == []
-    # another team's Secret (in its own namespace) is not there for this job
-    other = pool.cluster.create_namespace()
-    try:
-        pool.cluster.kubectl(
-            "create", "secret", "generic", "theirs", "--from-literal=HF_TOKEN=x", "-n", other
-        )
-        missing = api.submit(job("no-secret", "theirs"), pool.backend)
-        assert missing.wait(timeout=180) is JobState.FAILED
-    finally:
-        pool.cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
-    failure = missing.failure
-    assert failure is not None
-    assert failure.message == (
-        'cannot start: node 0: CreateContainerConfigError: secret "theirs" not found'
-    ), failure
-    wait_for(
-        lambda: (
-            not pool.cluster.kubectl(
-                "get",
-                "pods",
-                "-n",
-                pool.namespace,
-                "-l",
-                f"aviflow.dev/job={missing.id}",
-                "-o",
-                "name",
-            ).stdout.split()
-        ),
-        60,
-        "the stuck pod is gone",
-    )
-
-
-def test_each_team_runs_in_its_own_namespace(make_pool: Any) -> None:
-    """Teams in namespaces of their own (``queueNamespaces``, as the chart makes them): a job
-    goes to its queue's namespace and only runs there, the one controller drives both, a
-    cancel reaches the right namespace, and a queue no team has is refused before anything
-    is made."""
-    from aviflow.errors import SpecError
-
-    pool = make_pool({"vision": {"gpus": 2}, "nlp": {"gpus": 2}}, own_namespaces=True)
-    spaces = pool.settings.queue_namespaces
-    quick = api.submit(
-        tiny("quick", "vision", nodes=1, gpus=1, env={"TINY_STEPS": "3"}), pool.backend
-    )
-    slow = api.submit(
-        tiny("slow", "nlp", nodes=1, gpus=1, env={"TINY_STEPS": "100000"}), pool.backend
-    )
-    assert quick.wait(timeout=180) is JobState.SUCCEEDED, quick.logs(0)
-    wait_for(lambda: slow.status is JobState.RUNNING, 180, "the nlp job runs")
-    for job, queue in ((quick, "vision"), (slow, "nlp")):
-        label = f"aviflow.dev/job={job.id}"
-        where = {
-            ns: pool.cluster.kubectl(
-                "get", "jobs,pods", "-n", ns, "-l", label, "-o", "name"
-            ).stdout.split()
-            for ns in pool.namespaces
-        }
-        assert [ns for ns, names in where.items() if names] == [spaces[queue]], where
-        cr = pool.cluster.kubectl("get", "trainjob", job.id, "-n", spaces[queue], "-o", "name")
-        assert cr.stdout.strip() == f"trainjob.aviflow.dev/{job.id}"
-    assert [(q.queue, q.gpu_quota) for q in pool.backend.queues()] == [("nlp", 2), ("vision", 2)]
-    assert slow.cancel()
-    assert slow.status is JobState.CANCELLED
-    wait_for(
-        lambda: (
-            not pool.cluster.kubectl(
-                "get", "pods", "-n", spaces["nlp"], "-l", f"aviflow.dev/job={slow.id}", "-o", "name"
-            ).stdout.split()
-        ),
-        60,
-        "the cancelled job's pods are gone",
-    )
-    before = sorted(p.name for p in pool.root.rglob("*"))
-    with pytest.raises(SpecError, match="queue 'research' is no team's queue; use one of nlp"):
-        api.submit(tiny("lost", "research", nodes=1, gpus=1), pool.backend)
-    assert sorted(p.name for p in pool.root.rglob("*")) == before
