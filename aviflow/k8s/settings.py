@@ -123,6 +123,8 @@ class ImageEntry(StrictModel):
 # The cloud's instance metadata address: never reachable from a trainer, whatever the
 # allow-list says (its credentials are the node's)
 METADATA_CIDR = "169.254.169.254/32"
+# a per-GPU amount that multiplies exactly: whole units, or a whole number of a suffix
+PER_GPU_QUANTITY = re.compile(r"[1-9][0-9]{0,8}(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 
 
 class EgressRule(StrictModel):
@@ -206,10 +208,18 @@ class ClusterSettings(StrictModel):
     tolerations: list[dict[str, Any]] = Field(default_factory=lambda: list(DEFAULT_TOLERATIONS))
     gpu_resource: str = Field("nvidia.com/gpu", alias="gpuResource")
     cpu_per_gpu: int | str | None = Field(
-        None, alias="cpuPerGpu", description="CPU request per GPU when a spec gives none."
+        16,
+        alias="cpuPerGpu",
+        description="CPU per GPU (request = limit) when a spec gives none: with memoryPerGpu, "
+        "trainer pods are Guaranteed (the kubelet evicts them last and can pin their CPUs). "
+        "The default fits an HGX node (8 GPUs, 2 x 56 cores, 2 TiB) with room for its "
+        "daemons. null: no CPU request.",
     )
     memory_per_gpu: str | None = Field(
-        None, alias="memoryPerGpu", description="Memory request per GPU when a spec gives none."
+        "192Gi",
+        alias="memoryPerGpu",
+        description="Memory per GPU (request = limit) when a spec gives none; /dev/shm counts "
+        "against it. null: no memory request (BestEffort or Burstable pods).",
     )
     shm_size: str = Field("64Gi", alias="shmSize", description="Size of /dev/shm (in memory).")
     scratch: list[str] = Field(
@@ -241,6 +251,15 @@ class ClusterSettings(StrictModel):
         description="What trainer pods may reach besides their own job and DNS (a package "
         f"mirror, a model hub); {METADATA_CIDR}, the cloud's metadata, never.",
     )
+
+    @field_validator("cpu_per_gpu", "memory_per_gpu")
+    @classmethod
+    def _per_gpu(cls, v: int | str | None) -> int | str | None:
+        if v is not None and not PER_GPU_QUANTITY.fullmatch(str(v)):
+            raise ValueError(
+                f"{str(v)[:40]!r} is not a whole-number quantity such as 16, 500m or 192Gi"
+            )
+        return v
 
     @field_validator("namespace")
     @classmethod

@@ -179,6 +179,32 @@ def test_requests_default_per_gpu_from_the_settings() -> None:
     assert "activeDeadlineSeconds" not in job["spec"]
 
 
+def test_trainer_pods_are_guaranteed_by_default() -> None:
+    """With no per-GPU amounts set, a trainer holds 16 CPUs and 192 GiB per GPU, requests
+    equal to limits (Guaranteed QoS); a spec's own amount wins; null drops the amount."""
+    two = TrainJob.from_dict(
+        {"metadata": {"name": "two"}, "spec": {"gpusPerNode": 2, "command": ["true"]}}
+    )
+    plain = ClusterSettings.from_dict({"image": "t:1"})
+    (trainer,) = m.attempt_job(two, SMALL_REF, 1, plain)["spec"]["template"]["spec"]["containers"]
+    amounts = {"nvidia.com/gpu": "2", "cpu": "32", "memory": "384Gi"}
+    assert trainer["resources"] == {"requests": amounts, "limits": amounts}
+    own = TrainJob.from_dict(
+        {"metadata": {"name": "own"}, "spec": {"cpuPerNode": 4, "command": ["true"]}}
+    )
+    (trainer,) = m.attempt_job(own, SMALL_REF, 1, plain)["spec"]["template"]["spec"]["containers"]
+    assert trainer["resources"]["limits"] == {"nvidia.com/gpu": "1", "cpu": "4", "memory": "192Gi"}
+    bare = ClusterSettings.from_dict({"image": "t:1", "cpuPerGpu": None, "memoryPerGpu": None})
+    (trainer,) = m.attempt_job(two, SMALL_REF, 1, bare)["spec"]["template"]["spec"]["containers"]
+    assert trainer["resources"] == {
+        "requests": {"nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
+    for key, bad in (("cpuPerGpu", "1.5"), ("cpuPerGpu", 0), ("memoryPerGpu", "lots")):
+        with pytest.raises(BackendError, match=f"{key}: .* is not a whole-number quantity"):
+            ClusterSettings.from_dict({key: bad})
+
+
 def test_finished_attempts_are_deleted_after_the_admins_ttl() -> None:
     """Kubernetes deletes a finished attempt's Job and pods after ``finishedTtlSeconds``
     (default an hour: its end and usage are recorded long before); null keeps them."""

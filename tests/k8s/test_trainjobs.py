@@ -67,6 +67,8 @@ def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
     assert sorted(
         p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods
     ) == ["0", "1"]
+    # requests = limits from the default per-GPU amounts: Guaranteed, evicted last
+    assert {p["status"]["qosClass"] for p in pods} == {"Guaranteed"}
     # Kueue placed them (topology-aware) on HGX servers of one block
     hosts = {p["spec"]["nodeName"] for p in pods}
     nodes = json.loads(pool.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
