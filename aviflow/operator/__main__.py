@@ -5,7 +5,9 @@ mounted where the settings' ``runs.localPath`` says.
 Several may run at once (the chart runs two): they elect a leader on the Lease
 ``aviflow-controller`` in the settings' namespace, and only the leader reconciles. A leader
 that loses the lease exits (status 1) to start again as a candidate; SIGTERM releases it, so
-that the next one takes over at once."""
+that the next one takes over at once. With ``--health-port``, ``GET /healthz`` there answers
+503 once a reconcile or the ticker has hung for ``--stall-after`` seconds (the chart's
+liveness probe: a hung leader would otherwise keep its lease)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import uuid
 from aviflow.errors import AviflowError
 from aviflow.k8s.client import api_client
 from aviflow.k8s.settings import ClusterSettings
+from aviflow.operator import _health
 from aviflow.operator._controller import Controller
 from aviflow.operator._leader import LEASE, Leadership, Timing
 from aviflow.store import RunStore
@@ -29,6 +32,9 @@ from aviflow.store import RunStore
 # Job, status): a burst of submissions waits on these in turn (bench/admission.py: 20 jobs
 # at once took 1.8 s to their Jobs with 4 workers, 0.6 s with 16).
 WORKERS = 16
+# Every API call of a reconcile has a timeout (apiTimeout; 60 s for a pod's log): one that
+# has run this long is stuck.
+STALL_AFTER = 300.0
 log = logging.getLogger("aviflow.operator")
 
 
@@ -55,6 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-duration", type=int, default=lease.lease_duration)
     parser.add_argument("--renew-deadline", type=float, default=lease.renew_deadline)
     parser.add_argument("--retry-period", type=float, default=lease.retry_period)
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="serve GET /healthz on this port (the liveness probe); default: none",
+    )
+    parser.add_argument(
+        "--stall-after",
+        type=float,
+        default=STALL_AFTER,
+        help="seconds after which a running reconcile, or a ticker that has not gone "
+        "round, makes /healthz answer 503",
+    )
     ns = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("leaderelection").setLevel(logging.WARNING)  # a line per renewal
@@ -81,6 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         resync=ns.resync,
         fence=leader.holds if leader else None,
     )
+    if ns.health_port is not None:
+        try:
+            _health.serve(ns.health_port, lambda: controller.health(ns.stall_after))
+        except OSError as exc:
+            print(
+                f"aviflow.operator: cannot serve /healthz on {ns.health_port}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
     done = threading.Event()
     failed: list[str] = []
 

@@ -166,6 +166,7 @@ class Controller:
         self.tick, self.queued_tick, self.workers = tick, queued_tick, workers
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._ticked: float | None = None  # when the ticker last went round (monotonic)
         self.cells = {
             ns: _Cell(ns, settings.in_namespace(ns), self, resync)
             for ns in settings.job_namespaces()
@@ -195,6 +196,24 @@ class Controller:
         self._threads.append(ticker)
         log.info("aviflow controller: watching TrainJobs in %s", ", ".join(self.cells))
 
+    def health(self, stall_after: float) -> list[str]:
+        """What keeps this controller from doing its work, in words; empty when it works (or
+        has not started: a candidate waiting for the lease is healthy). A reconcile that
+        has run for ``stall_after`` seconds, a ticker that has not gone round in that time,
+        or a stopped worker or informer thread each count: a process in such a state still
+        renews its lease, so only a liveness probe can restart it."""
+        if not self._threads or self._stop.is_set():
+            return []
+        problems = [f"thread {t.name} has stopped" for t in self._threads if not t.is_alive()]
+        problems += [f"informer {i.name} has stopped" for i in self._informers if not i.alive()]
+        longest = self.queue.longest_busy()
+        if longest is not None and longest[1] >= stall_after:
+            problems.append(f"the reconcile of {longest[0]} has run for {longest[1]:.0f} s")
+        since = time.monotonic() - (self._ticked or 0.0)
+        if self._ticked is not None and since >= stall_after:
+            problems.append(f"the ticker has not gone round for {since:.0f} s")
+        return problems
+
     def stop(self) -> None:
         self._stop.set()
         self.queue.close()
@@ -206,8 +225,9 @@ class Controller:
     def _tick_loop(self) -> None:
         """Jobs that hold GPUs every ``tick`` (heartbeats, hangs, time limits); queued ones
         every ``queued_tick`` (their positions move as others are admitted)."""
-        last_queued = time.monotonic()
+        last_queued = self._ticked = time.monotonic()
         while not self._stop.wait(self.tick):
+            self._ticked = time.monotonic()
             queued = time.monotonic() - last_queued >= self.queued_tick
             if queued:
                 last_queued = time.monotonic()

@@ -101,6 +101,10 @@ class Informer:
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
         self._thread.start()
 
+    def alive(self) -> bool:
+        """Whether its thread runs (it relists after every error, so only a bug stops it)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         self._stop.set()
         if self._watch is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 
@@ -13,7 +14,7 @@ class WorkQueue:
     def __post_init__(self) -> None:
         self.cond = threading.Condition()
         self.waiting: dict[str, None] = {}
-        self.busy: set[str] = set()
+        self.busy: dict[str, float] = {}  # job id -> when its reconcile began (monotonic)
         self.again: set[str] = set()
         self.closed = False
 
@@ -33,16 +34,24 @@ class WorkQueue:
                 return None
             job_id = next(iter(self.waiting))
             del self.waiting[job_id]
-            self.busy.add(job_id)
+            self.busy[job_id] = time.monotonic()
             return job_id
 
     def done(self, job_id: str) -> None:
         with self.cond:
-            self.busy.discard(job_id)
+            self.busy.pop(job_id, None)
             if job_id in self.again:
                 self.again.discard(job_id)
                 self.waiting[job_id] = None
                 self.cond.notify()
+
+    def longest_busy(self) -> tuple[str, float] | None:
+        """The job id reconciled for the longest now, and for how many seconds; None if idle."""
+        with self.cond:
+            if not self.busy:
+                return None
+            job_id, began = min(self.busy.items(), key=lambda kv: kv[1])
+            return job_id, time.monotonic() - began
 
     def close(self) -> None:
         with self.cond:

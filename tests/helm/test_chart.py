@@ -494,8 +494,8 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
 
 def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -> None:
     """Every container of the control plane has the values' requests and memory limit
-    (Burstable, never BestEffort); the hub and the proxy are restarted when their health
-    endpoints stop answering; no pod chowns its volumes again at every start."""
+    (Burstable, never BestEffort); the hub, the proxy and the controller are restarted when
+    their health endpoints stop answering; no pod chowns its volumes again at every start."""
     docs = render(values={"resources": {"api": {"requests": {"cpu": "2"}, "limits": {}}}})
     pods = {
         name: doc(docs, "Deployment", f"aviflow-{name}")["spec"]["template"]["spec"]
@@ -525,7 +525,12 @@ def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -
         "periodSeconds": 10,
         "failureThreshold": 6,
     }
-    assert sorted(probes) == ["api", "hub", "proxy"]  # the controller has its Lease
+    # the controller's: a hung reconcile would not lose it the Lease, the probe restarts it
+    assert probes["controller"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    controller = pods["controller"]["containers"][0]
+    assert controller["command"][-2:] == ["--health-port", "8081"]
+    assert controller["ports"] == [{"name": "health", "containerPort": 8081}]
+    assert sorted(probes) == ["api", "controller", "hub", "proxy"]
     assert {
         name: pod["securityContext"].get("fsGroupChangePolicy") for name, pod in pods.items()
     } == {

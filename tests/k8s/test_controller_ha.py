@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from aviflow import api
+from aviflow._ports import free_port
 from aviflow.operator._controller import Controller, Deposed
 from aviflow.operator._leader import LEASE, Leadership, Timing
 from aviflow.records import EventType, JobState
@@ -62,6 +64,7 @@ class _Candidate:
 
     def __init__(self, pool: Any, settings: Path, name: str, work: Path) -> None:
         self.name, self.log = name, work / f"{name}.log"
+        self.health = f"http://127.0.0.1:{free_port()}/healthz"
         with self.log.open("wb") as out:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [
@@ -70,6 +73,7 @@ class _Candidate:
                     "--resync", "10", "--lease-duration", str(TIMING.lease_duration),
                     "--renew-deadline", str(TIMING.renew_deadline),
                     "--retry-period", str(TIMING.retry_period),
+                    "--health-port", self.health.split(":")[-1].split("/")[0],
                 ],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "POD_NAME": name},
@@ -123,6 +127,10 @@ def test_a_second_controller_takes_over_and_nothing_is_recorded_twice(
         job = api.submit(spec, pool.backend)
         wait_for(lambda: any(c.step >= 10 for c in job.checkpoints()), 240, "a checkpoint")
         assert " leads" not in b.text()  # two running, one acting
+        # both live, the leader working and the candidate waiting (the chart's probe)
+        for cand in (a, b):
+            got = requests.get(cand.health, timeout=10)
+            assert (got.status_code, got.text) == (200, "ok\n"), cand.name
 
         # the leader stops answering (a partition, a paused node): the other takes over once
         # the lease has run out
