@@ -9,11 +9,16 @@ attempt, cancel, the clock) and carries out its actions: start attempt N (one
 ``python -m aviflow.runtime`` per node, each in its own session/process group), stop
 attempt N (every process of the job, verified). The lifecycle decides restarts, time
 limits and which rank failed first.
+
+A full run store stops only the supervisor's records, never the job: the events it cannot
+append wait in order (never half a line, never twice) and are recorded, with the status
+they lead to, as soon as the disk takes them again; the job's processes keep running.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -42,7 +47,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
-from aviflow.records import EventType, FailureInfo, JobState
+from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
@@ -52,6 +57,8 @@ QUEUE_POLL_SECONDS = 0.25
 RECORD_GRACE = 0.3  # let a failing rank finish writing its failure record
 NODE_LOG_TAIL = 20000
 RANK_LOG_TAIL = 4000
+STORE_FULL = (errno.ENOSPC, errno.EDQUOT)
+FULL_RETRY_SECONDS = 1.0  # how often a finished job's last records are tried on a full disk
 
 
 class Supervisor:
@@ -66,6 +73,10 @@ class Supervisor:
         self.gone = False
         self._finished_cache: set[str] = set()  # finished is final: never read again
         self._sizes: dict[str, tuple[str, int, str]] = {}  # job id -> (queue, slots, user)
+        self._pending: list[Event] = []  # events the run store has not taken yet, in order
+        self._stale = False  # status.json is behind the events
+        self._full_since: float | None = None
+        self._full_why = ""
 
     # -- signals and requests --------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -92,12 +103,54 @@ class Supervisor:
     def apply(self, step: Step) -> None:
         self.lc = step.lifecycle
         if step.events:
-            self.run.record(step.events, self.lc.status())
+            self._pending.extend(step.events)
+            self._stale = True
+            self._flush()
         for action in step.actions:
             if isinstance(action, StartAttempt):
                 self._spawn_nodes(action.attempt)
             elif isinstance(action, StopAttempt):
                 self._stop_attempt(action.attempt)
+
+    # -- records ---------------------------------------------------------------------------------
+    def _flush(self) -> bool:
+        """Append the events not recorded yet, then the status they lead to; False while the
+        run store is full (they wait for the next try, which starts where this one stopped:
+        an append either lands whole or not at all)."""
+        try:
+            while self._pending:
+                self.run.append_event(self._pending[0])
+                self._pending.pop(0)
+            if self._stale:
+                self.run.write_status(self.lc.status())
+                self._stale = False
+        except OSError as exc:
+            if exc.errno not in STORE_FULL:
+                raise
+            if self._full_since is None:
+                self._full_since = time.time()
+                self._full_why = f"{exc.strerror}: {len(self._pending)} event(s) waited"
+                # supervisor.log is likely on the same disk: said again once it takes lines
+                _say(f"the run store is full ({self._full_why}); the job goes on")
+            return False
+        if self._full_since is not None:
+            _say(
+                f"the run store was full ({self._full_why}) for "
+                f"{time.time() - self._full_since:.0f} s; recorded now"
+            )
+            self._full_since = None
+        return True
+
+    def _write_status(self, status: JobStatus) -> None:
+        """A queue position or reason: skipped while the store is full or behind (the next
+        one, or the flush, writes a fresh one)."""
+        if self._pending or self._stale:
+            return
+        try:
+            self.run.write_status(status)
+        except OSError as exc:
+            if exc.errno not in STORE_FULL:
+                raise
 
     # -- queue -----------------------------------------------------------------------------------
     def wait_for_turn(self) -> bool:
@@ -117,7 +170,7 @@ class Supervisor:
                     return True
                 if (verdict.position, verdict.reason) != reported:
                     reported = (verdict.position, verdict.reason)
-                    self.run.write_status(
+                    self._write_status(
                         self.lc.status(queue_position=verdict.position, message=verdict.reason)
                     )
             time.sleep(QUEUE_POLL_SECONDS)
@@ -149,10 +202,14 @@ class Supervisor:
                     start_new_session=True,
                 )
             )
-        atomic_write(
-            self.run.processes_path,
-            json.dumps({"attempt": attempt, "pgids": [p.pid for p in self.nodes]}),
-        )
+        try:  # for a reaper after this supervisor's death; the job tag finds them too
+            atomic_write(
+                self.run.processes_path,
+                json.dumps({"attempt": attempt, "pgids": [p.pid for p in self.nodes]}),
+            )
+        except OSError as exc:
+            if exc.errno not in STORE_FULL:
+                raise
 
     def _codes(self) -> dict[int, int | None]:
         return {i: p.poll() for i, p in enumerate(self.nodes)}
@@ -212,11 +269,21 @@ class Supervisor:
 
     # -- whole job -------------------------------------------------------------------------------
     def run_job(self) -> None:
+        self._drive()
+        while not self._flush():  # the end, recorded once the disk takes it
+            self._check_requests()
+            if self.gone:
+                return
+            time.sleep(FULL_RETRY_SECONDS)
+
+    def _drive(self) -> None:
         if not self.wait_for_turn():
             if not self.gone:
                 self.observe(CancelRequested(time.time(), self.cancel_message))
             return
         while not self.lc.state.is_finished():
+            if self._pending or self._stale:
+                self._flush()
             self._check_requests()
             if self.gone:
                 _procs.stop_job(self.run.id, [p.pid for p in self.nodes])
@@ -240,6 +307,14 @@ class Supervisor:
                 continue
             self.observe(Tick(now))
             time.sleep(POLL_SECONDS)
+
+
+def _say(text: str) -> None:
+    """A line in supervisor.log, which may be on the full disk: never raises."""
+    try:
+        print(f"aviflow supervisor: {text}", flush=True)
+    except OSError:
+        pass
 
 
 def _daemonize() -> None:

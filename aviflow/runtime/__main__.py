@@ -6,6 +6,7 @@ or by the Indexed Job's pod template, where ``JOB_COMPLETION_INDEX`` is the node
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -30,7 +31,19 @@ def _heartbeat(run: RunDir, node: RuntimeEnv, state: str, **extra: object) -> No
         "state": state,
         **extra,
     }
-    run.write_heartbeat(node.node_rank, beat)
+    try:
+        run.write_heartbeat(node.node_rank, beat)
+    except OSError as exc:  # a full run store: the job goes on; the next beat may land
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+
+
+def _say(text: str) -> None:
+    """A line in the node's log, which may be on a full disk: never fails the node."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass
 
 
 def main() -> int:
@@ -84,7 +97,7 @@ def main() -> int:
     stop.set()
     beater.join()  # so that no "running" beat lands after (over) the "exited" one
     _heartbeat(run, node, "exited", exit_code=code)
-    print(f"=== node {node.node_rank} exited with {code} ===", flush=True)
+    _say(f"=== node {node.node_rank} exited with {code} ===")
     return 0 if code == 0 else (code if code > 0 else 128 - code)
 
 

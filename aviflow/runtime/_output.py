@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,11 @@ def redirect_output(path: Path, header: str = "") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     if header:
-        os.write(fd, header.encode())
+        try:
+            os.write(fd, header.encode())
+        except OSError as exc:  # a full run store: the job's own output decides, not this
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
