@@ -71,10 +71,12 @@ from aviflow.store._files import (
     read_lines,
 )
 from aviflow.store._logs import (
+    DEFAULT_JOB_LOG_CAP,
     MAX_LOG_READ,
     MAX_TAIL_LINES,
     MIN_RANK_LOG_CAP,
     Rotation,
+    job_log_cap,
     rank_log_share,
     read_log,
 )
@@ -93,6 +95,7 @@ __all__ = [
     "CHECKPOINT_PREFIX",
     "CODE_DIR",
     "DATA_DIR",
+    "DEFAULT_JOB_LOG_CAP",
     "INDEX_DIR",
     "INDEX_LOG",
     "MANIFEST",
@@ -112,6 +115,7 @@ __all__ = [
     "checkpoint_name",
     "checkpoint_ref",
     "default_root",
+    "job_log_cap",
     "metric_row",
     "rank_log_share",
     "read_json",

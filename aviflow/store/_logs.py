@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from aviflow._units import parse_bytes
 from aviflow.errors import UnsafeJobFile
 from aviflow.records import LogChunk
 from aviflow.store._files import copy_range, open_beneath, pread_all, replacing
@@ -45,6 +46,7 @@ from aviflow.store._files import copy_range, open_beneath, pread_all, replacing
 MAX_LOG_READ = 1 << 20  # bytes one log read returns at most
 MAX_TAIL_LINES = 100_000
 MIN_RANK_LOG_CAP = 64 << 10  # the least share of a job's log cap a rank gets
+DEFAULT_JOB_LOG_CAP = "8Gi"  # the admin's setting when they give none (rankLogCap)
 MAX_KEPT_TAIL = 64 << 10  # the most of a log's last lines that stay in it at a rotation
 MAX_ORIGIN = 1 << 52  # a larger offset in a marker is not believed (JavaScript's exact integers)
 _MARKER = re.compile(rb"=== aviflow: log rotated: (\d{1,16}) bytes came before the lines below;")
@@ -90,6 +92,25 @@ def log_origin(fd: int) -> tuple[int, int]:
         return 0, 0
     top, mark = int(found.group(1)), newline + 1
     return (top, mark) if mark <= top < MAX_ORIGIN else (0, 0)
+
+
+def job_log_cap(value: int | str | None) -> int | None:
+    """A job's log cap in bytes from an admin's setting: a byte count or a quantity such as
+    ``8Gi`` (None: no cap); at least :data:`MIN_RANK_LOG_CAP`. A ValueError says what is wrong.
+
+    >>> job_log_cap("8Gi") == 8 << 30, job_log_cap(None)
+    (True, None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{value!r} is not a number of bytes; use e.g. '8Gi' or null (no cap)")
+    cap = parse_bytes(value)
+    if cap < MIN_RANK_LOG_CAP:
+        raise ValueError(
+            f"{value!r} is less than the least log cap, {MIN_RANK_LOG_CAP} bytes (64Ki)"
+        )
+    return cap
 
 
 def rank_log_share(job_cap: int | None, world: int) -> int | None:
