@@ -133,15 +133,20 @@ def cap_log(
     ``final`` (the ranks have ended), also cut ``old`` back to half of ``cap`` if a rotation
     left it longer. Returns what it rotated, or None.
 
-    A missing log is left for later; a symlinked or special one raises
-    :class:`~aviflow.errors.UnsafeJobFile` and is left as it is. A ``cap`` below
+    A missing log is left for later; a symlinked or special one, or one with other hard
+    links, raises :class:`~aviflow.errors.UnsafeJobFile` and is left as it is. A ``cap`` below
     :data:`MIN_RANK_LOG_CAP` counts as that."""
     cap = max(cap, MIN_RANK_LOG_CAP)
     half = cap // 2
     done = None
     try:
         with open_beneath(path, beneath, writable=True) as fd:
-            if os.fstat(fd).st_size > half:
+            st = os.fstat(fd)
+            if st.st_nlink > 1:  # the same file has another name: cutting it cuts that too
+                raise UnsafeJobFile(
+                    f"{path.name!r} has other hard links; Aviflow does not cut it in place"
+                )
+            if st.st_size > half:
                 done = _rotate(fd, old, half, cap, beneath)
     except FileNotFoundError:
         pass

@@ -127,7 +127,7 @@ def test_the_share_of_a_rank_and_its_place_in_the_runtime_env() -> None:
 # -- what a hostile job leaves where its logs are ---------------------------------------------
 
 
-def test_a_symlinked_or_special_log_is_left_alone(
+def test_a_symlinked_special_or_hard_linked_log_is_left_alone(
     run: RunDir, resolver: str, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside.txt"
@@ -140,6 +140,11 @@ def test_a_symlinked_or_special_log_is_left_alone(
     with pytest.raises(UnsafeJobFile, match="not a regular file"):
         _within(5, lambda: run.cap_rank_log(1, CAP, final=True))
     assert not run.rank_log_previous(1).exists()
+    # a log hard-linked to another file: cutting it in place would cut that file too
+    os.link(outside, run.rank_log(2))
+    with pytest.raises(UnsafeJobFile, match="other hard links"):
+        run.cap_rank_log(2, CAP)
+    assert outside.read_bytes() == LINES and not run.rank_log_previous(2).exists()
     # a symlinked logs directory is not entered
     other = tmp_path / "other-logs"
     other.mkdir()
