@@ -26,9 +26,10 @@ file's start: the chunk's ``offset`` is not the one asked for, and its text star
 marker that says what is gone. A cursor past the end (a log the job cut itself) gets a
 ``next`` below it, which tells a reader to start again from the tail.
 
-The job may have made any of these files a symlink, a FIFO or a directory: every open goes
-through :mod:`._files` (no symlink followed, regular files only), reads and copies are
-bounded by the share, and ``.1`` is replaced by rename, never written through.
+The job may have made any of these files a symlink, a FIFO, a directory or a hard link:
+every open goes through :mod:`._files` (no symlink followed, regular files only), a log with
+other hard links is not cut, reads and copies are bounded by the share (and what the rank
+writes meanwhile), and ``.1`` is replaced by rename, never written through.
 """
 
 from __future__ import annotations
