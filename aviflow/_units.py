@@ -52,3 +52,22 @@ def parse_quantity(text: str | int | float) -> float:
     if not match:
         raise ValueError(f"{text!r} is not a quantity; use e.g. '16', '500m', '64Gi'")
     return float(match.group(1)) * _FACTOR[match.group(3)]
+
+
+def parse_bytes(value: str | int) -> int:
+    """Whole bytes in a byte count or a quantity (``8Gi``, ``500M``, ``1048576``).
+
+    >>> parse_bytes("8Gi"), parse_bytes("1.5Ki"), parse_bytes(4096)
+    (8589934592, 1536, 4096)
+    """
+    if isinstance(value, str) and value.endswith("m"):
+        raise ValueError(f"{value!r} is not a number of bytes; use e.g. '8Gi', '500Mi', '1048576'")
+    try:
+        number = parse_quantity(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a number of bytes; use e.g. '8Gi', '500Mi', '1048576'"
+        ) from None
+    if number < 0 or number != int(number):
+        raise ValueError(f"{value!r} is not a whole number of bytes")
+    return int(number)

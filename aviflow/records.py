@@ -589,8 +589,11 @@ class Batch(Generic[T]):
 
 @dataclass(frozen=True)
 class LogChunk:
-    """Part of one rank's log: ``text`` spans bytes ``[offset, next)`` of the file, whose size
-    was ``size`` when read. ``next`` is where an incremental reader continues."""
+    """Part of one rank's log: ``text`` spans bytes ``[offset, next)`` of the log, whose size
+    was ``size`` when read. Offsets count from the log's first byte, what rotation cut away
+    included; ``next`` is where an incremental reader continues. An ``offset`` past the one
+    asked for means the bytes between were rotated away; a ``next`` below it, that the log
+    was cut (read its tail again)."""
 
     rank: int
     text: str

@@ -1,6 +1,7 @@
 """The detached supervisor of one local job: queue, then drive the lifecycle with processes.
 
-``python -m aviflow.backends._supervisor RUN_DIR --capacity N [--daemonize]``
+``python -m aviflow.backends._supervisor RUN_DIR --capacity N [--rank-log-cap BYTES]
+[--daemonize]``
 
 It holds the job's supervisor lock for its whole life (liveness for everyone else), waits
 for its turn in the FIFO queue, then feeds what it sees to the shared
@@ -50,7 +51,7 @@ from aviflow.lifecycle import (
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore, atomic_write, read_json
+from aviflow.store import RunDir, RunStore, atomic_write, rank_log_share, read_json
 
 POLL_SECONDS = 0.1
 QUEUE_POLL_SECONDS = 0.25
@@ -62,10 +63,11 @@ FULL_RETRY_SECONDS = 1.0  # how often a finished job's last records are tried on
 
 
 class Supervisor:
-    def __init__(self, run: RunDir, capacity: int) -> None:
+    def __init__(self, run: RunDir, capacity: int, rank_log_cap: int | None = None) -> None:
         self.run = run
         self.job: TrainJob = run.spec()
         self.capacity = capacity
+        self.rank_log_cap = rank_log_cap  # the job's, all ranks together (None: no cap)
         self.lc = Lifecycle.from_events(Policy.from_spec(self.job.spec), run.events().items)
         self.nodes: list[subprocess.Popen[bytes]] = []
         self.cancel_asked = False
@@ -190,6 +192,7 @@ class Supervisor:
                 keep_last=self.job.spec.checkpoints.keep_last,
                 job_tag=self.run.id,
                 hang_timeout=self.job.spec.hang_timeout_seconds,
+                rank_log_bytes=rank_log_share(self.rank_log_cap, self.job.spec.total_gpus),
             )
             self.nodes.append(
                 subprocess.Popen(
@@ -328,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aviflow.backends._supervisor")
     parser.add_argument("run_dir")
     parser.add_argument("--capacity", type=int, required=True)
+    parser.add_argument(
+        "--rank-log-cap", type=int, default=0, help="the job's log cap in bytes (0: none)"
+    )
     parser.add_argument("--daemonize", action="store_true")
     ns = parser.parse_args(argv)
     if ns.daemonize:
@@ -340,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     if run.status().state.is_finished():
         lock.release()  # cancelled (and recorded) before this supervisor got going
         return 0
-    sup = Supervisor(run, ns.capacity)
+    sup = Supervisor(run, ns.capacity, ns.rank_log_cap or None)
     sup.install_signals()
     atomic_write(run.supervisor_info, json.dumps({"pid": os.getpid(), "started": time.time()}))
     try:

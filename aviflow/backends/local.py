@@ -6,7 +6,9 @@ submitted them. A FIFO queue with ``capacity`` GPU slots (``nodes x gpusPerNode`
 decides when a queued job starts; queues (``spec.queue``) may have GPU quotas, which no
 queue's started jobs exceed together (see :mod:`._admission`). The quotas live in the run
 store (``queues.json`` at its root), so every supervisor and every submitter on that root
-applies the same ones.
+applies the same ones. A job's rank logs are held within ``rank_log_cap`` (all its ranks
+together), fixed when it is submitted: its supervisor passes each rank's share to the job's
+runtime, whose launchers rotate the logs (:mod:`aviflow.store._logs`).
 
 ``status()`` is a plain read. A job whose supervisor died shows as FAILED at once, and
 ``reconcile()`` records it (stopping what is left of it); :meth:`LocalBackend.start` runs
@@ -41,7 +43,15 @@ from aviflow.lifecycle import Lifecycle, Lost, Policy
 from aviflow.records import JobState, JobStatus, Owner, PendingJob, QueueQuota, TrainerImage
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore, atomic_write, read_json
+from aviflow.store import (
+    DEFAULT_JOB_LOG_CAP,
+    RunDir,
+    RunStore,
+    atomic_write,
+    job_log_cap,
+    rank_log_share,
+    read_json,
+)
 
 DEFAULT_CAPACITY = 8
 CAPACITY_ENV = "AVIFLOW_LOCAL_CAPACITY"
@@ -107,6 +117,8 @@ class LocalBackend(StoreReads, Backend):
     """Run jobs as local process groups; ``capacity`` is the number of GPU slots (processes).
 
     ``quotas`` (queue -> GPUs), when given, replaces the run store's queue quotas.
+    ``rank_log_cap``: the most one job's rank logs take, all ranks together (bytes or a
+    quantity such as ``"8Gi"``; None: no cap); each rank's log is rotated at its share.
     """
 
     name = "local"
@@ -116,8 +128,13 @@ class LocalBackend(StoreReads, Backend):
         root: str | Path | None = None,
         capacity: int | None = None,
         quotas: Mapping[str, int] | None = None,
+        rank_log_cap: int | str | None = DEFAULT_JOB_LOG_CAP,
     ) -> None:
         self.store = RunStore(root)
+        try:
+            self.rank_log_cap = job_log_cap(rank_log_cap)
+        except ValueError as exc:
+            raise BackendError(f"rank_log_cap: {exc}") from None
         self.capacity = capacity if capacity is not None else default_capacity()
         if not isinstance(self.capacity, int) or self.capacity < 1:
             raise BackendError(f"capacity must be at least 1 GPU slot, got {self.capacity!r}")
@@ -131,7 +148,10 @@ class LocalBackend(StoreReads, Backend):
         self._reconciler: threading.Thread | None = None
 
     def __repr__(self) -> str:
-        return f"LocalBackend(root={str(self.store.root)!r}, capacity={self.capacity})"
+        return (
+            f"LocalBackend(root={str(self.store.root)!r}, capacity={self.capacity}, "
+            f"rank_log_cap={self.rank_log_cap})"
+        )
 
     # -- the interface ---------------------------------------------------------------------------
     def images(self) -> list[TrainerImage]:
@@ -286,6 +306,7 @@ class LocalBackend(StoreReads, Backend):
                 main_port=0,
                 keep_last=job.spec.checkpoints.keep_last,
                 job_tag="<job-id>",
+                rank_log_bytes=rank_log_share(self.rank_log_cap, job.spec.total_gpus),
             )
             out.append(
                 {
@@ -309,6 +330,8 @@ class LocalBackend(StoreReads, Backend):
                     str(run.path),
                     "--capacity",
                     str(self.capacity),
+                    "--rank-log-cap",
+                    str(self.rank_log_cap or 0),
                     "--daemonize",
                 ],
                 stdin=subprocess.DEVNULL,

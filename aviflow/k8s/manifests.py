@@ -33,7 +33,7 @@ from aviflow.k8s.settings import METADATA_CIDR, ClusterSettings
 from aviflow.names import label_value
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import API_VERSION, KIND, TrainJob
-from aviflow.store import CODE_DIR, DATA_DIR
+from aviflow.store import CODE_DIR, DATA_DIR, rank_log_share
 
 PREFIX: Final = "aviflow.dev"
 LABEL_JOB: Final = f"{PREFIX}/job"
@@ -211,6 +211,7 @@ def attempt_job(
         log_to_store=False,  # the node's output is the pod's log
         resume_dir=RESUME_MOUNT if resume_subpath else None,  # type: ignore[arg-type]
         hang_timeout=spec.hang_timeout_seconds,
+        rank_log_bytes=rank_log_share(settings.rank_log_cap_bytes, spec.total_gpus),
     )
     pod_labels = {**labels(ref), LABEL_ATTEMPT: str(attempt)}
     job_labels = {**MANAGED_BY, **pod_labels, QUEUE_LABEL: spec.queue}

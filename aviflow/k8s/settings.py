@@ -26,6 +26,7 @@ from aviflow.images import pick
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
+from aviflow.store import DEFAULT_JOB_LOG_CAP, MIN_RANK_LOG_CAP, job_log_cap
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -171,6 +172,22 @@ class ApiTimeout(StrictModel):
             raise BackendError("bad apiTimeout: " + "; ".join(explain(exc, cls))) from None
 
 
+RANK_LOG_CAP_HELP = (
+    "The most one job's rank logs take on the run store, all its ranks together: bytes or a "
+    "quantity such as 8Gi (at least 64Ki); null: no cap. Each rank's share (at least 64Ki) "
+    "holds its logs/rank-R.log and rank-R.log.1: past half of it, the log's last lines stay "
+    "and what came before goes to rank-R.log.1, replacing it (README: rank logs)."
+)
+# what the Helm schema checks at render time (the loader checks the rest: a quantity's size)
+RANK_LOG_CAP_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "integer", "minimum": MIN_RANK_LOG_CAP},
+        {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"},
+        {"type": "null"},
+    ]
+}
+
+
 class ClusterSettings(StrictModel):
     """How TrainJobs become pods; see the module docstring."""
 
@@ -251,6 +268,12 @@ class ClusterSettings(StrictModel):
         description="What trainer pods may reach besides their own job and DNS (a package "
         f"mirror, a model hub); {METADATA_CIDR}, the cloud's metadata, never.",
     )
+    rank_log_cap: int | str | None = Field(
+        DEFAULT_JOB_LOG_CAP,
+        alias="rankLogCap",
+        description=RANK_LOG_CAP_HELP,
+        json_schema_extra=RANK_LOG_CAP_SCHEMA,
+    )
 
     @field_validator("cpu_per_gpu", "memory_per_gpu")
     @classmethod
@@ -267,6 +290,17 @@ class ClusterSettings(StrictModel):
         if not is_dns1123_label(v):
             raise ValueError(f"{v!r} is not a namespace name ({DNS1123_LABEL.pattern})")
         return v
+
+    @field_validator("rank_log_cap")
+    @classmethod
+    def _rank_log_cap(cls, v: int | str | None) -> int | str | None:
+        job_log_cap(v)
+        return v
+
+    @property
+    def rank_log_cap_bytes(self) -> int | None:
+        """``rankLogCap`` in bytes (None: no cap)."""
+        return job_log_cap(self.rank_log_cap)
 
     @field_validator("queue_namespaces")
     @classmethod

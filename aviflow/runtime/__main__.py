@@ -14,9 +14,10 @@ import sys
 import threading
 import time
 
+from aviflow.runtime import _logcap
 from aviflow.runtime._output import redirect_output
 from aviflow.runtime.env import RuntimeEnv, RuntimeEnvError
-from aviflow.runtime.launch import accelerate_argv, has_gpus, node_env, rank_program
+from aviflow.runtime.launch import accelerate_argv, has_gpus, local_ranks, node_env, rank_program
 from aviflow.store import RunDir, read_json
 
 HEARTBEAT_SECONDS = 2.0
@@ -75,6 +76,8 @@ def main() -> int:
     # the script's own directory is on sys.path for its imports)
     run.work_dir.mkdir(parents=True, exist_ok=True)
     child = subprocess.Popen(argv, env=env, cwd=run.work_dir)
+    # this node's ranks' logs stay within their share of the job's log cap
+    logcap = _logcap.start(run, node, local_ranks(node, job))
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -96,6 +99,8 @@ def main() -> int:
     code = child.wait()
     stop.set()
     beater.join()  # so that no "running" beat lands after (over) the "exited" one
+    if logcap is not None:
+        logcap.finish()  # before the node is seen to end: its logs are then within the cap
     _heartbeat(run, node, "exited", exit_code=code)
     _say(f"=== node {node.node_rank} exited with {code} ===")
     return 0 if code == 0 else (code if code > 0 else 128 - code)

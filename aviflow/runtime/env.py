@@ -20,6 +20,8 @@ these names.
                            stacks by itself (``spec.hangTimeout``)
 ``AVIFLOW_RESUME_DIR``     where ``spec.resumeFrom``'s checkpoint is mounted (read-only), when
                            the run store is not mounted whole (a pod on the cluster)
+``AVIFLOW_RANK_LOG_BYTES`` each rank's share of the job's log cap: its log and ``.log.1``
+                           together (the admin's setting; unset: no cap)
 =========================  ===============================================================
 
 ``RANK`` (set per process by ``accelerate launch``) is read here too: :func:`process_rank`.
@@ -49,13 +51,14 @@ DEVICE = "AVIFLOW_DEVICE"
 JOB_TAG = "AVIFLOW_JOB_TAG"
 RESUME_DIR = "AVIFLOW_RESUME_DIR"
 HANG_TIMEOUT = "AVIFLOW_HANG_TIMEOUT"
+RANK_LOG_BYTES = "AVIFLOW_RANK_LOG_BYTES"
 PROCESS_RANK = "RANK"  # accelerate launch / torchrun, per process
 DEFAULT_MAIN_PORT = 29500
 DEFAULT_KEEP_LAST = 3
 # Where the training-side API writes outside a job (a script tried in a notebook first).
 OUTSIDE_JOB_DIR = Path(".aviflow") / "run"
 NAMES = (RUN_DIR, NODE_RANK, NUM_NODES, MAIN_ADDR, MAIN_PORT, ATTEMPT, KEEP_LAST, LOG_TO_STORE,
-         DEVICE, JOB_TAG, RESUME_DIR, HANG_TIMEOUT)  # fmt: skip
+         DEVICE, JOB_TAG, RESUME_DIR, HANG_TIMEOUT, RANK_LOG_BYTES)  # fmt: skip
 
 
 class RuntimeEnvError(ValueError):
@@ -78,6 +81,7 @@ class RuntimeEnv:
     job_tag: str | None = None
     resume_dir: Path | None = None
     hang_timeout: float | None = None
+    rank_log_bytes: int | None = None
 
     def to_env(self, *, node_rank: bool = True) -> dict[str, str]:
         """The variables, as strings. ``node_rank=False`` leaves the node's index out (a pod
@@ -102,6 +106,8 @@ class RuntimeEnv:
             env[RESUME_DIR] = str(self.resume_dir)
         if self.hang_timeout is not None:
             env[HANG_TIMEOUT] = f"{self.hang_timeout:g}"
+        if self.rank_log_bytes is not None:
+            env[RANK_LOG_BYTES] = str(self.rank_log_bytes)
         return env
 
     @classmethod
@@ -124,6 +130,11 @@ class RuntimeEnv:
             job_tag=env.get(JOB_TAG) or None,
             resume_dir=Path(env[RESUME_DIR]) if env.get(RESUME_DIR) else None,
             hang_timeout=_seconds(HANG_TIMEOUT, env.get(HANG_TIMEOUT)),
+            rank_log_bytes=(
+                _int(RANK_LOG_BYTES, env[RANK_LOG_BYTES], minimum=1)
+                if env.get(RANK_LOG_BYTES)
+                else None
+            ),
         )
 
     @classmethod

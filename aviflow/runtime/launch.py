@@ -74,6 +74,13 @@ def node_env(
     return env
 
 
+def local_ranks(node: RuntimeEnv, job: TrainJob) -> range:
+    """The global ranks of this node's processes (``accelerate launch`` numbers a node's
+    processes on from ``machine_rank x processes per machine``)."""
+    per_node = job.spec.gpus_per_node
+    return range(node.node_rank * per_node, (node.node_rank + 1) * per_node)
+
+
 def has_gpus(node: RuntimeEnv, nvidia_device: Path = Path("/dev/nvidiactl")) -> bool:
     """Whether this node has NVIDIA GPUs (``AVIFLOW_DEVICE`` overrides), without torch."""
     if node.device:

@@ -18,7 +18,8 @@ above it; no other module spells a file name of the store. The layout::
         data/                        what the job writes (its pods' only writable mount):
             metrics.jsonl            one MetricRow per logged step
             logs/node-<n>.log        each node's launcher output
-            logs/rank-<r>.log        each process's output
+            logs/rank-<r>.log        each process's output (rotated under the job's log cap:
+                                     logs/rank-<r>.log.1 keeps what the last rotation cut)
             failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised
             heartbeats/node-<n>.json           refreshed by each node's runtime
             heartbeats/attempt-<a>-rank-<r>.json   refreshed by each rank's watchdog
@@ -44,22 +45,21 @@ symlink either. A refused file is an :class:`~aviflow.errors.UnsafeJobFile`.
 
 Reads are incremental where files grow: :meth:`RunDir.events` and :meth:`RunDir.metrics`
 take a byte-offset cursor and return the cursor to continue from (at most 8 MiB a read);
-:meth:`RunDir.log` reads a tail (from the end) or from an offset.
+:meth:`RunDir.log` reads a tail (from the end) or from an offset, counted in the log as
+one stream across rotations (:mod:`._logs`).
 
 The modules: :mod:`._files` (opening, reading and writing without following symlinks),
-:mod:`._data` (what a job writes: logs, checkpoint markers, metric rows), :mod:`._rundir`
+:mod:`._data` (what a job writes: checkpoint markers, metric rows, failure records),
+:mod:`._logs` (rank logs: read by offset or tail, rotated under a cap), :mod:`._rundir`
 (one job's directory), :mod:`._runstore` (the index, locating, creating and staging).
 """
 
 from aviflow.store._data import (
     CHECKPOINT_MARKER,
     CHECKPOINT_PREFIX,
-    MAX_LOG_READ,
-    MAX_TAIL_LINES,
     checkpoint_name,
     checkpoint_ref,
     metric_row,
-    read_log,
     scan_checkpoints,
 )
 from aviflow.store._files import (
@@ -69,6 +69,16 @@ from aviflow.store._files import (
     atomic_write,
     read_json,
     read_lines,
+)
+from aviflow.store._logs import (
+    DEFAULT_JOB_LOG_CAP,
+    MAX_LOG_READ,
+    MAX_TAIL_LINES,
+    MIN_RANK_LOG_CAP,
+    Rotation,
+    job_log_cap,
+    rank_log_share,
+    read_log,
 )
 from aviflow.store._rundir import (
     CODE_DIR,
@@ -85,6 +95,7 @@ __all__ = [
     "CHECKPOINT_PREFIX",
     "CODE_DIR",
     "DATA_DIR",
+    "DEFAULT_JOB_LOG_CAP",
     "INDEX_DIR",
     "INDEX_LOG",
     "MANIFEST",
@@ -92,9 +103,11 @@ __all__ = [
     "MAX_LOG_READ",
     "MAX_RECORD_BYTES",
     "MAX_TAIL_LINES",
+    "MIN_RANK_LOG_CAP",
     "ROOT_ENV",
     "RUNTIME_SPEC",
     "VARS_FILE",
+    "Rotation",
     "RunDir",
     "RunStore",
     "append_line",
@@ -102,7 +115,9 @@ __all__ = [
     "checkpoint_name",
     "checkpoint_ref",
     "default_root",
+    "job_log_cap",
     "metric_row",
+    "rank_log_share",
     "read_json",
     "read_lines",
     "read_log",

@@ -1,9 +1,9 @@
 """What a job writes into its directory, read as the hostile input it is.
 
-Logs are read by offset or tail, a bounded number of bytes; checkpoint markers and metric
-rows are parsed with their types enforced (a ``step`` that is a string, a bool or a float, an
-``attempt`` that is markup, a ``time`` that is not a number: the record is skipped and logged,
-never passed on); every open goes through :mod:`._files` (no symlink, regular files only).
+Checkpoint markers, metric rows and failure records are parsed with their types enforced (a
+``step`` that is a string, a bool or a float, an ``attempt`` that is markup, a ``time`` that
+is not a number: the record is skipped and logged, never passed on); every open goes through
+:mod:`._files` (no symlink, regular files only). Logs are in :mod:`._logs`.
 """
 
 from __future__ import annotations
@@ -11,19 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from aviflow.errors import UnsafeJobFile
-from aviflow.records import CheckpointRef, FailureInfo, LogChunk, MetricRow
-from aviflow.store._files import MAX_RECORD_BYTES, is_dir, list_names, open_beneath, read_bytes
+from aviflow.records import CheckpointRef, FailureInfo, MetricRow
+from aviflow.store._files import MAX_RECORD_BYTES, is_dir, list_names, read_bytes
 
 log = logging.getLogger("aviflow.store")
 CHECKPOINT_MARKER = "aviflow-checkpoint.json"
 CHECKPOINT_PREFIX = "step-"
-MAX_LOG_READ = 1 << 20  # bytes one log read returns at most
-MAX_TAIL_LINES = 100_000
 MAX_METRIC_KEYS = 256
 MAX_METRIC_KEY = 200  # characters of a metric's name
 MAX_METRIC_TEXT = 1000  # characters of a metric whose value is text
@@ -141,83 +137,3 @@ def failure_record(obj: dict[str, Any]) -> FailureInfo | None:
         time=None if when is None else float(when),
         pid=ints["pid"],
     )
-
-
-def read_log(
-    path: Path,
-    rank: int,
-    *,
-    beneath: Path,
-    tail: int | None = None,
-    offset: int | None = None,
-    limit: int = MAX_LOG_READ,
-) -> LogChunk:
-    """See :meth:`RunDir.log`. Reads cost the bytes returned, not the size of the file; a
-    log that is a symlink or not a regular file raises :class:`UnsafeJobFile`."""
-    if tail is not None and offset is not None:
-        raise ValueError("give tail or offset, not both")
-    if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
-        raise ValueError(f"tail must be between 0 and {MAX_TAIL_LINES} lines")
-    if offset is not None and offset < 0:
-        raise ValueError("offset must be >= 0")
-    try:
-        with open_beneath(path, beneath) as fd:
-            return _chunk(fd, rank, tail, offset, limit)
-    except FileNotFoundError:
-        return LogChunk(rank, "", 0, 0, 0)
-    except UnsafeJobFile as exc:
-        raise UnsafeJobFile(f"rank {rank}'s log: {exc}") from None
-
-
-def _chunk(fd: int, rank: int, tail: int | None, offset: int | None, limit: int) -> LogChunk:
-    size = os.fstat(fd).st_size
-    if offset is not None:
-        start = min(offset, size)
-        data = os.pread(fd, min(limit, size - start), start)
-        data = data[: _whole_characters(data)]
-        return LogChunk(rank, data.decode("utf-8", "replace"), start, start + len(data), size)
-    if tail == 0:
-        return LogChunk(rank, "", size, size, size)
-    start, data = tail_bytes(fd, size, tail, limit)
-    return LogChunk(rank, data.decode("utf-8", "replace"), start, size, size)
-
-
-def _whole_characters(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte < 0x80:
-            return len(data)
-        if byte >= 0xC0:  # a lead byte: is its sequence complete?
-            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return len(data) if back >= need else len(data) - back
-    return len(data)
-
-
-def tail_bytes(fd: int, size: int, lines: int | None, limit: int) -> tuple[int, bytes]:
-    """(start offset, bytes) of the last ``lines`` lines (all when None), at most ``limit``
-    bytes, read backwards from the end of descriptor ``fd`` in blocks."""
-    end, buf = size, b""
-    while end > 0 and len(buf) <= limit:
-        start = max(0, end - 8192)
-        buf = os.pread(fd, end - start, start) + buf
-        end = start
-        if lines is not None and buf.count(b"\n", 0, max(len(buf) - 1, 0)) >= lines:
-            break
-    begin = end  # the file offset of buf[0]
-    if lines is not None:
-        body = buf[:-1] if buf.endswith(b"\n") else buf
-        cut = len(body)
-        for _ in range(lines):
-            cut = body.rfind(b"\n", 0, cut)
-            if cut < 0:
-                break
-        if cut >= 0:
-            begin, buf = begin + cut + 1, buf[cut + 1 :]
-    if len(buf) > limit:
-        drop = len(buf) - limit
-        newline = buf.find(b"\n", drop)
-        if 0 <= newline < len(buf) - 1:
-            drop = newline + 1
-        begin, buf = begin + drop, buf[drop:]
-    return begin, buf

@@ -152,14 +152,15 @@ def _rel(path: Path, beneath: Path) -> str:
 
 
 @contextmanager
-def open_beneath(path: Path, beneath: Path) -> Iterator[int]:
-    """A read-only descriptor of the regular file ``path`` (inside ``beneath``); raises
-    FileNotFoundError when it is missing and :class:`UnsafeJobFile` when it is a symlink (at
-    any component) or not a regular file."""
+def open_beneath(path: Path, beneath: Path, *, writable: bool = False) -> Iterator[int]:
+    """A read-only (``writable``: read-write, not appending) descriptor of the regular file
+    ``path`` (inside ``beneath``); raises FileNotFoundError when it is missing and
+    :class:`UnsafeJobFile` when it is a symlink (at any component) or not a regular file."""
     rel = _rel(path, beneath)
+    mode = os.O_RDWR if writable else os.O_RDONLY
     try:
         with _dir(beneath) as base:
-            fd = _open_at(base, rel, os.O_RDONLY | os.O_NONBLOCK)
+            fd = _open_at(base, rel, mode | os.O_NONBLOCK)
     except FileNotFoundError as exc:
         raise FileNotFoundError(errno.ENOENT, "no such file", str(path)) from exc
     except UnsafeJobFile:
@@ -314,11 +315,13 @@ def _parent(path: Path, beneath: Path | None) -> Iterator[int]:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, whole.
-    No symlink is followed (the target itself is replaced, never written through), nor any
-    component below ``beneath``; a failed write removes its temporary file."""
-    raw = data.encode() if isinstance(data, str) else data
+@contextmanager
+def replacing(path: Path, *, beneath: Path | None = None, sync: bool = True) -> Iterator[int]:
+    """A descriptor of a new file that replaces ``path`` whole when the block ends (a reader
+    sees the old file or the new one). It is made with ``O_EXCL | O_NOFOLLOW`` in ``path``'s
+    directory (reached without a symlink below ``beneath``) and renamed over ``path``, never
+    writing through a symlink there; when the block raises it is removed and ``path`` stays
+    as it was. ``sync``: fsync it first (a record must survive a crash; a log need not)."""
     name = Path(path).name
     tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     with _parent(path, beneath) as dir_fd:
@@ -330,10 +333,9 @@ def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) 
         )
         try:
             try:
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                yield fd
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -343,6 +345,55 @@ def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) 
             except OSError:
                 pass
             raise
+
+
+def remove_temporaries(path: Path, *, beneath: Path) -> None:
+    """Remove the temporary files :func:`replacing` made for ``path`` and left behind when
+    its process was killed (a name of ``path``'s own: ``.<name>.<pid>.<random>.tmp``)."""
+    prefix = f".{Path(path).name}."
+    try:
+        with _parent(path, beneath) as dir_fd:
+            for name in os.listdir(dir_fd):
+                if name.startswith(prefix) and name.endswith(".tmp"):
+                    try:
+                        os.unlink(name, dir_fd=dir_fd)  # a link itself, never its target
+                    except (FileNotFoundError, IsADirectoryError, PermissionError):
+                        pass
+    except (OSError, ValueError):
+        pass  # no directory, or not one this reaches without a symlink
+
+
+def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) -> None:
+    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, whole.
+    No symlink is followed (the target itself is replaced, never written through), nor any
+    component below ``beneath``; a failed write removes its temporary file."""
+    raw = data.encode() if isinstance(data, str) else data
+    with replacing(path, beneath=beneath) as fd:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def copy_range(src: int, dst: int, start: int, end: int) -> int:
+    """Append bytes ``[start, end)`` of descriptor ``src`` to ``dst`` (at its position),
+    in the kernel where it can (``copy_file_range``); fewer only where ``src`` ends sooner.
+    Returns the bytes copied."""
+    done = 0
+    while start + done < end:
+        count = min(end - start - done, 1 << 24)
+        try:
+            n = os.copy_file_range(src, dst, count, start + done)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            chunk = os.pread(src, min(count, 1 << 20), start + done)
+            n, view = len(chunk), memoryview(chunk)
+            while view:
+                view = view[os.write(dst, view) :]
+        if n == 0:
+            break
+        done += n
+    return done
 
 
 def append_line(path: Path, obj: dict[str, Any], *, beneath: Path | None = None) -> None:

@@ -27,14 +27,7 @@ from aviflow.records import (
     LogChunk,
     MetricRow,
 )
-from aviflow.store._data import (
-    MAX_LOG_READ,
-    checkpoint_name,
-    failure_record,
-    metric_row,
-    read_log,
-    scan_checkpoints,
-)
+from aviflow.store._data import checkpoint_name, failure_record, metric_row, scan_checkpoints
 from aviflow.store._files import (
     append_line,
     atomic_write,
@@ -45,7 +38,9 @@ from aviflow.store._files import (
     read_bytes,
     read_json,
     read_lines,
+    remove_temporaries,
 )
+from aviflow.store._logs import MAX_LOG_READ, Rotation, cap_log, read_log
 
 if TYPE_CHECKING:  # the spec (pydantic) is imported only where a spec is read or written,
     from aviflow.spec import TrainJob  # so every rank's wrapper starts fast
@@ -228,6 +223,11 @@ class RunDir:
     def rank_log(self, rank: int) -> Path:
         return self.logs_dir / f"rank-{int(rank)}.log"
 
+    def rank_log_previous(self, rank: int) -> Path:
+        """What the last rotation of rank ``rank``'s log kept (not served: see
+        :mod:`aviflow.store._logs`)."""
+        return self.logs_dir / f"rank-{int(rank)}.log.1"
+
     def node_log(self, node: int) -> Path:
         return self.logs_dir / f"node-{int(node)}.log"
 
@@ -368,11 +368,25 @@ class RunDir:
     ) -> LogChunk:
         """Rank ``rank``'s log: its last ``tail`` lines, or what follows byte ``offset`` (at
         most ``limit`` bytes, ending on a whole character), or the whole file (at most
-        ``limit`` bytes, from its end). A log that is a symlink or not a regular file raises
+        ``limit`` bytes, from its end). Offsets count from the log's first byte before any
+        rotation: an offset into what was rotated away reads on from the live file's start
+        (see :mod:`aviflow.store._logs`). A log that is a symlink or not a regular file raises
         :class:`~aviflow.errors.UnsafeJobFile`."""
         return read_log(
             self.rank_log(rank), rank, beneath=self.path, tail=tail, offset=offset, limit=limit
         )
+
+    def cap_rank_log(self, rank: int, cap: int, *, final: bool = False) -> Rotation | None:
+        """Hold rank ``rank``'s log and its ``.1`` within ``cap`` bytes together (see
+        :func:`aviflow.store._logs.cap_log`); what a rotation did, or None."""
+        return cap_log(
+            self.rank_log(rank), self.rank_log_previous(rank), cap, beneath=self.path, final=final
+        )
+
+    def remove_rotation_leftovers(self, rank: int) -> None:
+        """Remove the temporary copies a rotation of rank ``rank``'s log left when it was
+        killed mid-copy (its launcher ended by SIGKILL)."""
+        remove_temporaries(self.rank_log_previous(rank), beneath=self.path)
 
     def log_tail(self, rank: int, lines: int) -> str:
         """The last ``lines`` lines of rank ``rank``'s log; empty when it has none, or when the

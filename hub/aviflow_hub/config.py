@@ -29,8 +29,14 @@ from aviflow._model import StrictModel, explain, storable_problems
 from aviflow._units import parse_quantity
 from aviflow.backends.local import DEFAULT_CAPACITY
 from aviflow.errors import AviflowError
-from aviflow.k8s.settings import ApiTimeout, ClusterSettings
+from aviflow.k8s.settings import (
+    RANK_LOG_CAP_HELP,
+    RANK_LOG_CAP_SCHEMA,
+    ApiTimeout,
+    ClusterSettings,
+)
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
+from aviflow.store import DEFAULT_JOB_LOG_CAP, job_log_cap
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
 SERVICE_NAME = "aviflow-api"
@@ -358,6 +364,18 @@ class LocalBackendSection(StrictModel):
     capacity: int = Field(
         DEFAULT_CAPACITY, ge=1, description="GPU slots (processes) the machine runs at once."
     )
+    rank_log_cap: int | str | None = Field(
+        DEFAULT_JOB_LOG_CAP,
+        alias="rankLogCap",
+        description=RANK_LOG_CAP_HELP,
+        json_schema_extra=RANK_LOG_CAP_SCHEMA,
+    )
+
+    @field_validator("rank_log_cap")
+    @classmethod
+    def _rank_log_cap(cls, v: int | str | None) -> int | str | None:
+        job_log_cap(v)
+        return v
 
 
 class KubernetesSection(ClusterSettings):
@@ -524,8 +542,8 @@ class HubConfig(StrictModel):
 
     def backend_settings(self) -> dict[str, Any]:
         """The configuration section of ``api.backend`` (empty for a backend without one)."""
-        if self.api.backend == "local":
-            return self.api.local.model_dump(by_alias=True)
+        if self.api.backend == "local":  # keyed as LocalBackend's arguments
+            return self.api.local.model_dump()
         if self.api.backend == "kubernetes":
             section = self.api.kubernetes.model_dump(by_alias=True, exclude_unset=True)
             runs = dict(section.get("runs") or {})

@@ -210,3 +210,43 @@ def test_a_job_whose_supervisor_dies_after_a_cancel_request_is_recorded_as_cance
     assert (status.state, status.message) == (JobState.CANCELLED, "cancelled by bob")
     assert [e.type for e in run.events().items] == [EventType.QUEUED, EventType.CANCELLED]
     assert local_backend.request_cancel(run.id) is False
+
+
+# each rank of a 1 x 2 job prints 1,000,000 bytes in ten bursts (its wrapper execs this
+# command, so no thread of ours stays in the rank: its node's launcher caps the log)
+LOUD = """
+import os, sys, time
+rank = os.environ["RANK"]
+for burst in range(10):
+    for i in range(2000):
+        print(f"rank {rank} burst {burst} line {i:04d} " + "x" * 24)
+    time.sleep(0.3)
+print(f"rank {rank} done")
+"""
+
+
+def test_a_job_that_prints_more_than_its_log_cap_ends_within_it(run_root, leftover_processes):
+    backend = LocalBackend(root=run_root, capacity=2, rank_log_cap="256Ki")  # 128Ki a rank
+    job = aviflow.submit(
+        {
+            "metadata": {"name": "loud"},
+            "spec": {"gpusPerNode": 2, "command": ["python", "-c", LOUD]},
+        },
+        backend=backend,
+    )
+    assert job.wait(timeout=120) == JobState.SUCCEEDED, job.status_record()
+    run = backend.run_dir(job.id)
+    for rank in (0, 1):
+        live, old = run.rank_log(rank).read_bytes(), run.rank_log_previous(rank).read_bytes()
+        assert len(live) + len(old) <= 131_072 and 0 < len(old) <= 65_536
+        # the live log starts with the marker and still ends with the rank's last lines
+        assert live.startswith(b"=== aviflow: log rotated: ")
+        assert live.endswith(
+            f"rank {rank} burst 9 line 1999 {'x' * 24}\nrank {rank} done\n".encode()
+        )
+        # readers: the tail through the backend; offsets count what was rotated away too
+        chunk = backend.log(job.id, rank, tail=2)
+        assert chunk.text.endswith(f"rank {rank} done\n") and chunk.size > 1_000_000
+    assert [n for n in run.logs_dir.iterdir() if n.name.endswith(".tmp")] == []
+    assert b"not capped" not in run.node_log(0).read_bytes()
+    assert leftover_processes(job.id) == []

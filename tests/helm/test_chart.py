@@ -220,6 +220,9 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
 
     loaded = ClusterSettings.from_dict(settings)
     assert [i.name for i in loaded.trainer_images()] == ["torch-2-15", "torch-2-14"]
+    # the admin's log cap reaches the controller, which gives each rank its share
+    assert loaded.rank_log_cap_bytes == 32 << 30
+    assert hub_config_of(docs).api.kubernetes.rank_log_cap == "32Gi"
     deploy = next(
         d
         for d in docs
@@ -308,6 +311,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "a bad trainer image name",
         {"api": {"kubernetes": {"images": [{"image": "x:1"}]}}},
         "at '/api/kubernetes/images/0': missing property 'name'",
+    ),
+    (
+        "a log cap that is not bytes",
+        {"api": {"kubernetes": {"rankLogCap": "8GB"}}},
+        "at '/api/kubernetes/rankLogCap'",
     ),
     (
         "the dev login on a load balancer",

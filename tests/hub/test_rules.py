@@ -317,6 +317,28 @@ def test_the_backend_is_built_from_its_section_with_the_teams_quotas(tmp_path: P
         make_backend(HubConfig.from_dict({"api": {"backend": "nope"}}))
 
 
+def test_the_local_backends_log_cap_reaches_each_rank_as_its_share(tmp_path: Path) -> None:
+    """``api.local.rankLogCap`` (one job's rank logs, all ranks together) -> the backend ->
+    each node's runtime environment: the job's cap over its GPUs, at least 64Ki a rank."""
+    from aviflow.spec import TrainJob
+
+    def backend(cap: object) -> LocalBackend:
+        api = {"runRoot": str(tmp_path / "runs"), "local": {"rankLogCap": cap}}
+        return make_backend(HubConfig.from_dict({"api": api}))  # type: ignore[return-value]
+
+    job = TrainJob.from_dict({"metadata": {"name": "j"}, "spec": {"nodes": 2, "gpusPerNode": 4,
+                                                                   "script": "pass"}})  # fmt: skip
+    capped = backend("1Mi")
+    assert capped.rank_log_cap == 1 << 20
+    envs = [node["env"] for node in capped.render(job)]
+    assert [e["AVIFLOW_RANK_LOG_BYTES"] for e in envs] == ["131072", "131072"]  # 1Mi / 8
+    assert backend(None).rank_log_cap is None
+    assert "AVIFLOW_RANK_LOG_BYTES" not in backend(None).render(job)[0]["env"]
+    assert HubConfig.from_dict({}).api.local.rank_log_cap == "8Gi"
+    with pytest.raises(ConfigError, match=r"api\.local\.rankLogCap: '8GB' is not a number of"):
+        backend("8GB")
+
+
 def test_the_old_capacity_key_points_to_the_new_section() -> None:
     with pytest.raises(ConfigError) as err:
         HubConfig.from_dict({"api": {"localCapacity": 8}})
@@ -325,7 +347,7 @@ def test_the_old_capacity_key_points_to_the_new_section() -> None:
         HubConfig.from_dict({"api": {"local": {"capacity": 0, "slots": 1}}})
     assert sorted(err.value.problems) == [
         "api.local.capacity: Input should be greater than or equal to 1 (got 0)",
-        "api.local.slots: unknown key; valid keys: capacity",
+        "api.local.slots: unknown key; valid keys: capacity, rankLogCap",
     ]
 
 

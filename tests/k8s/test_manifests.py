@@ -50,6 +50,7 @@ SETTINGS = ClusterSettings.from_dict(
         "image": "registry.example.com/aviflow/trainer:1.0",
         "priorityClass": "batch",
         "egress": [{"cidr": "10.20.0.0/16", "ports": [443]}, {"cidr": "0.0.0.0/0"}],
+        "rankLogCap": "1Gi",
     }
 )
 DEFAULTS = ClusterSettings.from_dict(
@@ -215,6 +216,26 @@ def test_finished_attempts_are_deleted_after_the_admins_ttl() -> None:
         BackendError, match="finishedTtlSeconds: Input should be greater than or equal to 0"
     ):
         ClusterSettings.from_dict({"finishedTtlSeconds": -1})
+
+
+def test_the_admins_log_cap_reaches_every_rank_as_its_share() -> None:
+    """``rankLogCap`` is one job's rank logs together: each pod's runtime gets a rank's share
+    (the cap over the job's GPUs, at least 64Ki); null leaves the logs uncapped."""
+
+    def share(job: TrainJob, settings: ClusterSettings) -> str | None:
+        (trainer,) = m.attempt_job(job, BIG_REF, 1, settings)["spec"]["template"]["spec"][
+            "containers"
+        ]
+        return {e["name"]: e["value"] for e in trainer["env"]}.get("AVIFLOW_RANK_LOG_BYTES")
+
+    assert share(BIG, SETTINGS) == str((1 << 30) // 16) == "67108864"  # 2 nodes x 8 GPUs
+    assert share(SMALL, DEFAULTS) == str(8 << 30)  # the default: 8Gi, one rank
+    tiny = SETTINGS.model_copy(update={"rank_log_cap": "128Ki"})
+    assert share(BIG, tiny) == "65536"  # never below 64Ki a rank
+    assert share(BIG, SETTINGS.model_copy(update={"rank_log_cap": None})) is None
+    for bad, why in [("1Ki", "less than the least log cap"), ("5m", "not a number of bytes")]:
+        with pytest.raises(BackendError, match=f"rankLogCap: '{bad}' is {why}"):
+            ClusterSettings.from_dict({"rankLogCap": bad})
 
 
 def test_the_port_is_stable_per_attempt_and_in_range() -> None:
