@@ -248,6 +248,8 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
         "/etc/aviflow/cluster.json",
         "--lease",
         "aviflow-controller",
+        "--health-port",
+        "8081",
     ]
     # two candidates, one leader on the release's Lease, which the controller alone may hold
     assert deploy["spec"]["replicas"] == 2
