@@ -85,7 +85,7 @@ demo: venv
 	$(PY) -m aviflow.examples.demo
 
 test: venv labextension sysdeps lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 --tb=short \
 	  $(PYTEST_ARGS)
 
 # ruff (lint and format) on everything, mypy --strict on the core package (pyproject.toml)
