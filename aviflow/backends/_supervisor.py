@@ -42,7 +42,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
-from aviflow.records import EventType, FailureInfo, JobState
+from aviflow.records import EventType, FailureInfo, JobState, read_pages
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_json
@@ -59,7 +59,9 @@ class Supervisor:
         self.run = run
         self.job: TrainJob = run.spec()
         self.capacity = capacity
-        self.lc = Lifecycle.from_events(Policy.from_spec(self.job.spec), run.events().items)
+        self.lc = Lifecycle.from_events(
+            Policy.from_spec(self.job.spec), read_pages(run.events).items
+        )
         self.nodes: list[subprocess.Popen[bytes]] = []
         self.cancel_asked = False
         self.cancel_message = "cancelled"
