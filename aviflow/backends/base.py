@@ -9,9 +9,8 @@ Required (abstract)
     ``submit(job, bundle, owner) -> id``, ``status(id) -> JobStatus`` (a plain read: it never
     changes anything), ``cancel(id) -> bool``, ``list_ids()``, and the reads ``spec``,
     ``meta``, ``events(id, since=, limit=)``, ``metrics(id, since=, after_step=, limit=)``,
-    ``ranks``,
-    ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends with a run
-    store get the reads from :class:`~aviflow.backends._store.StoreReads`.
+    ``ranks``, ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends
+    with a run store get the reads from :class:`~aviflow.backends._store.StoreReads`.
 Optional (defaults here)
     ``from_config(section)`` (build from one config section: the hub's ``api.<name>``, later
     the Helm values), ``start()`` / ``stop()`` (a backend-owned controller or watcher),

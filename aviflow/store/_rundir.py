@@ -346,7 +346,8 @@ class RunDir:
 
         def parse(obj: dict[str, Any]) -> MetricRow | None:
             row = metric_row(obj)
-            return row if row and (after_step is None or row.step > after_step) else None
+            keep = row is not None and (after_step is None or row.step > after_step)
+            return row if keep else None
 
         return self._records(self.metrics_path, since, parse, rows, budget)
 
