@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from aviflow.attempts import Usage, attempts_from_events, job_info, usage
 from aviflow.backends import Backend
 from aviflow.records import (
+    MAX_PAGE_ROWS,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -16,11 +17,14 @@ from aviflow.records import (
     JobState,
     JobStatus,
     MetricRow,
+    read_pages,
 )
 from aviflow.spec import TrainJob
 
 if TYPE_CHECKING:
     import pandas as pd
+
+BATCH_PAGES = 10  # pages one metric_batch() reads at most
 
 
 class Job:
@@ -66,7 +70,8 @@ class Job:
         return self.status_record().failure
 
     def events(self) -> list[Event]:
-        return self.backend.events(self.id).items
+        """Every event of the job, oldest first (read page by page)."""
+        return read_pages(lambda at: self.backend.events(self.id, at, MAX_PAGE_ROWS)).items
 
     def wait(self, timeout: float | None = None, poll: float = 0.5) -> JobState:
         """Block until the job finishes; return its final state. TimeoutError after ``timeout`` s."""
@@ -98,10 +103,12 @@ class Job:
 
     def metric_rows(self, after_step: int | None = None) -> list[dict[str, Any]]:
         """``{"step", "time", "attempt", <metric>: value, ...}`` per logged step (only steps
-        after ``after_step`` if given)."""
+        after ``after_step`` if given): every row, read page by page."""
+        pages = read_pages(
+            lambda at: self.backend.metrics(self.id, at, after_step, limit=MAX_PAGE_ROWS)
+        )
         return [
-            {"step": r.step, "time": r.time, "attempt": r.attempt, **r.values}
-            for r in self.backend.metrics(self.id, after_step=after_step).items
+            {"step": r.step, "time": r.time, "attempt": r.attempt, **r.values} for r in pages.items
         ]
 
     def metrics(self, after_step: int | None = None) -> pd.DataFrame | list[dict[str, Any]]:
@@ -114,8 +121,11 @@ class Job:
         return pd.DataFrame(rows, columns=None if rows else ["step", "time", "attempt"])
 
     def metric_batch(self, since: int = 0) -> tuple[list[MetricRow], int]:
-        """Metric rows after cursor ``since`` and the cursor to continue from."""
-        batch = self.backend.metrics(self.id, since=since)
+        """Metric rows after cursor ``since`` (at most :data:`BATCH_PAGES` pages of them, so a
+        call costs the same after a million steps) and the cursor to continue from."""
+        batch = read_pages(
+            lambda at: self.backend.metrics(self.id, at, limit=MAX_PAGE_ROWS), since, BATCH_PAGES
+        )
         return batch.items, batch.next
 
     def checkpoints(self) -> list[CheckpointRef]:

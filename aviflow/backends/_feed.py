@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aviflow.attempts import JobInfo, job_info
 from aviflow.errors import AviflowError
-from aviflow.records import Event, JobMeta, JobStatus
+from aviflow.records import MAX_PAGE_ROWS, Event, JobMeta, JobStatus, read_pages
 
 if TYPE_CHECKING:
     from aviflow.backends.base import Backend
@@ -100,7 +100,9 @@ class PollingFeed(ChangeFeed):
     def _read(self, job_id: str) -> JobChange | None:
         first = job_id not in self._cursor
         status = self.backend.status(job_id)  # before the events: they are written first
-        batch = self.backend.events(job_id, since=self._cursor.get(job_id, 0))
+        batch = read_pages(
+            lambda at: self.backend.events(job_id, at, MAX_PAGE_ROWS), self._cursor.get(job_id, 0)
+        )
         if not first and not batch.items and status == self._status.get(job_id):
             return None
         change = JobChange(

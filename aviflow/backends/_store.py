@@ -11,6 +11,9 @@ from pathlib import Path
 
 from aviflow.errors import RequestError
 from aviflow.records import (
+    MAX_PAGE_ROWS,
+    PAGE_BYTES,
+    PAGE_ROWS,
     Batch,
     CheckpointRef,
     Event,
@@ -21,6 +24,11 @@ from aviflow.records import (
 )
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
+
+
+def _rows(limit: int | None) -> int:
+    """Records in a page: ``limit`` within 1 and MAX_PAGE_ROWS, PAGE_ROWS when not given."""
+    return PAGE_ROWS if limit is None else min(max(int(limit), 1), MAX_PAGE_ROWS)
 
 
 class StoreReads:
@@ -41,16 +49,19 @@ class StoreReads:
     def meta(self, job_id: str) -> JobMeta:
         return self.run_dir(job_id).meta()
 
-    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
-        return self.run_dir(job_id).events(since)
+    def events(self, job_id: str, since: int = 0, limit: int | None = None) -> Batch[Event]:
+        return self.run_dir(job_id).events(since, rows=_rows(limit), budget=PAGE_BYTES)
 
     def metrics(
-        self, job_id: str, since: int = 0, after_step: int | None = None
+        self,
+        job_id: str,
+        since: int = 0,
+        after_step: int | None = None,
+        limit: int | None = None,
     ) -> Batch[MetricRow]:
-        batch = self.run_dir(job_id).metrics(since)
-        if after_step is None:
-            return batch
-        return Batch([r for r in batch.items if r.step > after_step], batch.next)
+        return self.run_dir(job_id).metrics(
+            since, after_step=after_step, rows=_rows(limit), budget=PAGE_BYTES
+        )
 
     def ranks(self, job_id: str) -> list[int]:
         run = self.run_dir(job_id)

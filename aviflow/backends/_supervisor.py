@@ -48,7 +48,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
-from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
+from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus, read_pages
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, rank_log_share, read_json
@@ -68,7 +68,9 @@ class Supervisor:
         self.job: TrainJob = run.spec()
         self.capacity = capacity
         self.rank_log_cap = rank_log_cap  # the job's, all ranks together (None: no cap)
-        self.lc = Lifecycle.from_events(Policy.from_spec(self.job.spec), run.events().items)
+        self.lc = Lifecycle.from_events(
+            Policy.from_spec(self.job.spec), read_pages(run.events).items
+        )
         self.nodes: list[subprocess.Popen[bytes]] = []
         self.cancel_asked = False
         self.cancel_message = "cancelled"

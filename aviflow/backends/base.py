@@ -8,9 +8,9 @@ whole set:
 Required (abstract)
     ``submit(job, bundle, owner) -> id``, ``status(id) -> JobStatus`` (a plain read: it never
     changes anything), ``cancel(id) -> bool``, ``list_ids()``, and the reads ``spec``,
-    ``meta``, ``events(id, since=)``, ``metrics(id, since=, after_step=)``, ``ranks``,
-    ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends with a run
-    store get the reads from :class:`~aviflow.backends._store.StoreReads`.
+    ``meta``, ``events(id, since=, limit=)``, ``metrics(id, since=, after_step=, limit=)``,
+    ``ranks``, ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends
+    with a run store get the reads from :class:`~aviflow.backends._store.StoreReads`.
 Optional (defaults here)
     ``from_config(section)`` (build from one config section: the hub's ``api.<name>``, later
     the Helm values), ``start()`` / ``stop()`` (a backend-owned controller or watcher),
@@ -23,7 +23,11 @@ Optional (defaults here)
     (the change feed the hub's ledger follows).
 
 Incremental reads take the cursor the previous read returned (``Batch.next``,
-``LogChunk.next``), so a reader pays for what changed, not for the job's history.
+``LogChunk.next``), so a reader pays for what changed, not for the job's history. Events and
+metrics come in pages: at most ``limit`` records (default :data:`~aviflow.records.PAGE_ROWS`,
+at most :data:`~aviflow.records.MAX_PAGE_ROWS`) and :data:`~aviflow.records.PAGE_BYTES` of
+them as JSON; a page's ``more`` says to read again from its ``next`` at once
+(:func:`~aviflow.records.read_pages` follows them), so no answer grows with the job's history.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from aviflow.attempts import summarize
 from aviflow.bundle import CodeBundle
 from aviflow.errors import AviflowError, BackendError
 from aviflow.records import (
+    MAX_PAGE_ROWS,
     Batch,
     CheckpointRef,
     Event,
@@ -50,6 +55,7 @@ from aviflow.records import (
     Owner,
     QueueQuota,
     TrainerImage,
+    read_pages,
 )
 from aviflow.spec import TrainJob
 
@@ -105,14 +111,20 @@ class Backend(ABC):
     def meta(self, job_id: str) -> JobMeta: ...
 
     @abstractmethod
-    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
-        """Events after cursor ``since`` (0: all), and the cursor to continue from."""
+    def events(self, job_id: str, since: int = 0, limit: int | None = None) -> Batch[Event]:
+        """One page of events after cursor ``since`` (0: from the first), the cursor to
+        continue from, and whether more follow it (see the module docstring)."""
 
     @abstractmethod
     def metrics(
-        self, job_id: str, since: int = 0, after_step: int | None = None
+        self,
+        job_id: str,
+        since: int = 0,
+        after_step: int | None = None,
+        limit: int | None = None,
     ) -> Batch[MetricRow]:
-        """Metric rows after cursor ``since``, only those past ``after_step`` if given."""
+        """One page of metric rows after cursor ``since``, only those past ``after_step`` if
+        given (the page counts only those)."""
 
     @abstractmethod
     def ranks(self, job_id: str) -> list[int]:
@@ -158,13 +170,16 @@ class Backend(ABC):
                         self.meta(job_id),
                         self.spec(job_id),
                         self.status(job_id),
-                        self.events(job_id).items,
+                        self._all_events(job_id),
                         now,
                     )
                 )
             except (AviflowError, OSError, ValueError, KeyError):
                 continue
         return out
+
+    def _all_events(self, job_id: str) -> list[Event]:
+        return read_pages(lambda at: self.events(job_id, at, MAX_PAGE_ROWS)).items
 
     def quota(self, queue: str) -> QueueQuota | None:
         """The queue's GPU quota and use, if this backend knows them (default: None)."""

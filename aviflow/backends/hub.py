@@ -4,7 +4,8 @@ A notebook spawned by the hub has ``$AVIFLOW_API_URL`` (the service's base URL) 
 ``$JUPYTERHUB_API_TOKEN``; with both set, :func:`aviflow.backends.get_backend` picks this
 backend, so ``%%aviflow_train`` and ``aviflow.submit`` go through the service, which checks
 the user's identity, team and queue. Every read is one request and incremental where the
-data grows (events, metrics, logs); a job's spec and meta never change and are fetched once.
+data grows (events, metrics, logs; events and metrics one page a request, as the service
+answers them); a job's spec and meta never change and are fetched once.
 Errors come back as the class the service raised (:func:`aviflow.errors.from_wire`).
 
 Checkpoints are read where the notebook mounts the run store: ``$AVIFLOW_RUNS_MOUNT``.
@@ -190,15 +191,21 @@ class HubBackend(Backend):
         self._specs[job_id] = TrainJob.from_dict(found["spec"])
         self._metas[job_id] = JobMeta.from_dict(found["meta"])
 
-    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
-        found = self._job(job_id, "events", since=since)
-        return Batch([Event.from_dict(e) for e in found["events"]], int(found["next"]))
+    def events(self, job_id: str, since: int = 0, limit: int | None = None) -> Batch[Event]:
+        found = self._job(job_id, "events", since=since, limit=limit)
+        events = [Event.from_dict(e) for e in found["events"]]
+        return Batch(events, int(found["next"]), found.get("more") is True)
 
     def metrics(
-        self, job_id: str, since: int = 0, after_step: int | None = None
+        self,
+        job_id: str,
+        since: int = 0,
+        after_step: int | None = None,
+        limit: int | None = None,
     ) -> Batch[MetricRow]:
-        found = self._job(job_id, "metrics", since=since, afterStep=after_step)
-        return Batch([MetricRow.from_dict(r) for r in found["rows"]], int(found["next"]))
+        found = self._job(job_id, "metrics", since=since, afterStep=after_step, limit=limit)
+        rows = [MetricRow.from_dict(r) for r in found["rows"]]
+        return Batch(rows, int(found["next"]), found.get("more") is True)
 
     def ranks(self, job_id: str) -> list[int]:
         return [int(r) for r in self._job(job_id, "logs")["ranks"]]

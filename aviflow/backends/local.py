@@ -40,7 +40,15 @@ from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, JobNotFound
 from aviflow.images import pick, this_python
 from aviflow.lifecycle import Lifecycle, Lost, Policy
-from aviflow.records import JobState, JobStatus, Owner, PendingJob, QueueQuota, TrainerImage
+from aviflow.records import (
+    JobState,
+    JobStatus,
+    Owner,
+    PendingJob,
+    QueueQuota,
+    TrainerImage,
+    read_pages,
+)
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import (
@@ -388,7 +396,9 @@ class LocalBackend(StoreReads, Backend):
                 return False
             pgids = read_json(run.processes_path, {}).get("pgids", [])
             _procs.stop_job(run.id, pgids)
-            lc = Lifecycle.from_events(Policy.from_spec(run.spec().spec), run.events().items)
+            lc = Lifecycle.from_events(
+                Policy.from_spec(run.spec().spec), read_pages(run.events).items
+            )
             asked = run.cancel_reason()
             cancelled = cancelled or asked is not None
             message = (asked or "cancelled") if cancelled else ORPHAN_MESSAGE

@@ -57,7 +57,15 @@ from aviflow.operator._observe import (
     queue_positions,
 )
 from aviflow.operator._workqueue import WorkQueue
-from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
+from aviflow.records import (
+    CheckpointRef,
+    Event,
+    EventType,
+    FailureInfo,
+    JobState,
+    JobStatus,
+    read_pages,
+)
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
 
@@ -301,7 +309,7 @@ class Controller:
             return
         job = run.spec()
         policy = Policy.from_spec(job.spec, readmit=True)
-        lc = Lifecycle.from_events(policy, run.events().items)
+        lc = Lifecycle.from_events(policy, read_pages(run.events).items)
         ref = m.JobRef(job_id, cr["metadata"]["uid"], run.path.parent.name, run.meta().team)
         now = time.time()
         events: list[Event] = []
@@ -573,7 +581,7 @@ class Controller:
         if not self.binder.bound_here(run, cr):
             return
         lc = Lifecycle.from_events(
-            Policy.from_spec(run.spec().spec, readmit=True), run.events().items
+            Policy.from_spec(run.spec().spec, readmit=True), read_pages(run.events).items
         )
         step = lc.observe(Lost(time.time(), "the TrainJob was deleted", cancelled=True))
         if step.events:

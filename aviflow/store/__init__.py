@@ -44,7 +44,9 @@ parses what it read with its types enforced (:mod:`._files`, :mod:`._data`); wri
 symlink either. A refused file is an :class:`~aviflow.errors.UnsafeJobFile`.
 
 Reads are incremental where files grow: :meth:`RunDir.events` and :meth:`RunDir.metrics`
-take a byte-offset cursor and return the cursor to continue from (at most 8 MiB a read);
+take a byte-offset cursor and return one page, a :class:`~aviflow.records.Batch`: at most
+the rows and the bytes (of records as JSON) asked for, read from at most 8 MiB of the file,
+the cursor to continue from and whether more follows it (``more``; :func:`read_records`);
 :meth:`RunDir.log` reads a tail (from the end) or from an offset, counted in the log as
 one stream across rotations (:mod:`._logs`).
 
@@ -69,6 +71,7 @@ from aviflow.store._files import (
     atomic_write,
     read_json,
     read_lines,
+    read_records,
 )
 from aviflow.store._logs import (
     DEFAULT_JOB_LOG_CAP,
@@ -121,6 +124,7 @@ __all__ = [
     "read_json",
     "read_lines",
     "read_log",
+    "read_records",
     "scan_checkpoints",
     "short_id",
 ]

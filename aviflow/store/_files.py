@@ -26,15 +26,17 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aviflow.errors import UnsafeJobFile
+from aviflow.records import Batch
 
 MAX_RECORD_BYTES = 1 << 20  # one JSON record a job or the platform wrote (marker, heartbeat...)
 MAX_LINES_READ = 8 << 20  # bytes one incremental read of a JSON-lines file returns at most
+T = TypeVar("T")
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
@@ -214,45 +216,119 @@ def read_json(path: Path, default: Any = None, *, beneath: Path | None = None) -
 
 
 def read_lines(
-    path: Path, since: int = 0, *, beneath: Path | None = None, limit: int = MAX_LINES_READ
-) -> tuple[list[dict[str, Any]], int]:
-    """Complete JSON objects of ``path`` from byte ``since`` on (at most ``limit`` bytes
-    of it), and the offset after the last complete line read. A line still being written is
-    left for the next read; a line that is not a JSON object is skipped, and so is a line
-    longer than ``limit`` (the cursor moves past it; a read that starts inside a line drops
-    that line's rest). A missing file reads as empty; a refused one raises
-    :class:`UnsafeJobFile`."""
+    path: Path,
+    since: int = 0,
+    *,
+    beneath: Path | None = None,
+    limit: int = MAX_LINES_READ,
+    rows: int | None = None,
+    budget: int | None = None,
+) -> Batch[dict[str, Any]]:
+    """The JSON objects of ``path``'s complete lines from byte ``since`` on, one page of them
+    (see :func:`read_records`)."""
+    return read_records(
+        path, _json_object, since, beneath=beneath, limit=limit, rows=rows, budget=budget
+    )
+
+
+def _json_object(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
+def read_records(
+    path: Path,
+    parse: Callable[[dict[str, Any]], T | None],
+    since: int = 0,
+    *,
+    beneath: Path | None = None,
+    limit: int = MAX_LINES_READ,
+    rows: int | None = None,
+    budget: int | None = None,
+    weigh: Callable[[T], int] | None = None,
+) -> Batch[T]:
+    """One page of the records of the JSON-lines file ``path`` from byte ``since`` on:
+    ``parse`` of each complete line that is a JSON object (a line ``parse`` returns None
+    for, or that is not a JSON object, is skipped), at most ``rows`` records and at most
+    ``budget`` bytes of them as ``weigh`` counts them (default: their lines' bytes), read
+    from at most ``limit`` bytes of the file. ``next`` is the offset after the last line the
+    page used; ``more`` says a record, or bytes beyond the ``limit`` read, follow it.
+
+    Hostile files stay bounded: a line still being written is left for the next read; a
+    line longer than ``limit`` is skipped (the cursor moves past it; a read that starts
+    inside a line drops that line's rest), and so is a record heavier than ``budget`` on
+    its own. A missing file reads as empty; a refused one raises :class:`UnsafeJobFile`.
+    """
     since = max(int(since), 0)
     try:
         with open_beneath(path, beneath or Path(path).parent) as fd:
             size = os.fstat(fd).st_size
             since = min(since, size)
-            start = since - 1 if since > 0 else 0  # the byte before: does a line start here?
-            data = pread_all(fd, start, min(limit, size - since) + (since - start))
+            return _page(fd, since, limit, size, parse, rows, budget, weigh)
     except FileNotFoundError:
-        return [], since
-    if since > 0:
-        if data[:1] != b"\n":  # the cursor is inside a line (one too long to read): skip it
-            cut = data.find(b"\n")
-            if cut < 0:
-                return [], since + max(len(data) - 1, 0)
-            data = data[cut + 1 :]
-            since += cut
-        else:
-            data = data[1:]
-    end = data.rfind(b"\n") + 1
-    if end == 0 and len(data) >= limit:  # one line longer than a read: skip what was read
-        return [], since + len(data)
-    out = []
-    for raw in data[:end].split(b"\n"):
-        if raw.strip():
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out, since + end
+        return Batch([], since)
+
+
+_CHUNK = 64 << 10  # bytes a page reads at a time (pages usually end long before the limit)
+
+
+def _page(
+    fd: int,
+    since: int,
+    limit: int,
+    size: int,
+    parse: Callable[[dict[str, Any]], T | None],
+    rows: int | None,
+    budget: int | None,
+    weigh: Callable[[T], int] | None,
+) -> Batch[T]:
+    """The page of :func:`read_records` from the lines of at most ``limit`` bytes of ``fd``
+    (of ``size`` bytes) from ``since`` on."""
+    end = min(since + limit, size)
+    inside = since > 0 and os.pread(fd, 1, since - 1) != b"\n"  # the cursor is inside a line
+    out: list[T] = []
+    used = 0
+    data, base, i, read_to = b"", since, 0, since  # data[0] is at file offset base
+    while True:
+        newline = data.find(b"\n", i)
+        if newline < 0:
+            if read_to >= end:
+                break
+            data, base, i = data[i:], base + i, 0
+            chunk = pread_all(fd, read_to, min(max(_CHUNK, len(data)), end - read_to))
+            if not chunk:
+                break  # the file shrank
+            data, read_to = data + chunk, read_to + len(chunk)
+            continue
+        line, start, i = data[i:newline], base + i, newline + 1
+        if inside:  # the rest of a line too long to read
+            inside = False
+            continue
+        record = _record(line, parse)
+        if record is None:
+            continue
+        weight = weigh(record) if weigh is not None else len(line) + 1
+        if budget is not None and weight > budget:
+            continue  # heavier than any page may be
+        if (rows is not None and len(out) >= rows) or (
+            budget is not None and used + weight > budget
+        ):
+            return Batch(out, start, True)  # the page is full and this record follows
+        out.append(record)
+        used += weight
+    cursor = base + i  # after the last complete line
+    if inside or (cursor == since and read_to - since >= limit):
+        cursor = read_to  # no line ends in what may be read: skip what was read
+    return Batch(out, cursor, end < size)
+
+
+def _record(line: bytes, parse: Callable[[dict[str, Any]], T | None]) -> T | None:
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return parse(obj) if isinstance(obj, dict) else None
 
 
 def list_names(directory: Path, beneath: Path) -> list[str]:

@@ -26,6 +26,7 @@ from aviflow.records import (
     JobStatus,
     LogChunk,
     MetricRow,
+    wire_bytes,
 )
 from aviflow.store._data import checkpoint_name, failure_record, metric_row, scan_checkpoints
 from aviflow.store._files import (
@@ -38,6 +39,7 @@ from aviflow.store._files import (
     read_bytes,
     read_json,
     read_lines,
+    read_records,
     remove_temporaries,
 )
 from aviflow.store._logs import MAX_LOG_READ, Rotation, cap_log, read_log
@@ -75,14 +77,11 @@ def _cached(path: Path, beneath: Path, parse: Callable[[bytes], T]) -> T:
     return found
 
 
-def _parsed(rows: list[dict[str, Any]], parse: Callable[[dict[str, Any]], T]) -> list[T]:
-    out = []
-    for row in rows:
-        try:
-            out.append(parse(row))
-        except (KeyError, TypeError, ValueError):
-            continue  # a record we cannot read is skipped, not fatal to the reader
-    return out
+def _event(obj: dict[str, Any]) -> Event | None:
+    try:
+        return Event.from_dict(obj)
+    except (KeyError, TypeError, ValueError):
+        return None  # a record we cannot read is skipped, not fatal to the reader
 
 
 class RunDir:
@@ -326,22 +325,49 @@ class RunDir:
             self.append_event(event)
         self.write_status(status)
 
-    def events(self, since: int = 0) -> Batch[Event]:
-        rows, end = self._lines(self.events_path, since)
-        return Batch(_parsed(rows, Event.from_dict), end)
+    def events(
+        self, since: int = 0, *, rows: int | None = None, budget: int | None = None
+    ) -> Batch[Event]:
+        """One page of events from byte ``since`` on (see :meth:`metrics`)."""
+        return self._records(self.events_path, since, _event, rows, budget)
 
-    def metrics(self, since: int = 0) -> Batch[MetricRow]:
-        """Metric rows from byte ``since`` on (at most 8 MiB of the file a read), each with
-        its types enforced: a row with a step, time or attempt of the wrong type is skipped."""
-        rows, end = self._lines(self.metrics_path, since)
-        return Batch([m for m in map(metric_row, rows) if m is not None], end)
+    def metrics(
+        self,
+        since: int = 0,
+        *,
+        after_step: int | None = None,
+        rows: int | None = None,
+        budget: int | None = None,
+    ) -> Batch[MetricRow]:
+        """One page of metric rows from byte ``since`` on (only steps past ``after_step``),
+        each with its types enforced: a row with a step, time or attempt of the wrong type is
+        skipped. A page holds at most ``rows`` records and ``budget`` bytes of them as JSON
+        (:func:`~aviflow.records.wire_bytes`), read from at most 8 MiB of the file; its
+        ``more`` says to read again from its ``next`` (:func:`~aviflow.records.read_pages`)."""
 
-    def _lines(self, path: Path, since: int) -> tuple[list[dict[str, Any]], int]:
+        def parse(obj: dict[str, Any]) -> MetricRow | None:
+            row = metric_row(obj)
+            keep = row is not None and (after_step is None or row.step > after_step)
+            return row if keep else None
+
+        return self._records(self.metrics_path, since, parse, rows, budget)
+
+    def _records(
+        self,
+        path: Path,
+        since: int,
+        parse: Callable[[dict[str, Any]], T | None],
+        rows: int | None,
+        budget: int | None,
+    ) -> Batch[T]:
+        weigh = wire_bytes if budget is not None else None
         try:
-            return read_lines(path, since, beneath=self.path)
+            return read_records(
+                path, parse, since, beneath=self.path, rows=rows, budget=budget, weigh=weigh
+            )
         except UnsafeJobFile as exc:
             log.warning("job %s: %s", self.id, exc)
-            return [], max(int(since), 0)
+            return Batch([], max(int(since), 0))
 
     def append_metric(self, row: MetricRow) -> None:
         append_line(self.metrics_path, row.to_dict(), beneath=self.path)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from aviflow.errors import JobNotFound
 from aviflow.names import is_dns1123_label, slugify
-from aviflow.records import CheckpointRef, JobMeta, TrainerImage
+from aviflow.records import CheckpointRef, JobMeta, TrainerImage, read_pages
 from aviflow.store._data import CHECKPOINT_MARKER
 from aviflow.store._files import append_line, atomic_write, is_file, read_lines
 from aviflow.store._logs import tail_bytes
@@ -124,7 +124,7 @@ class RunStore:
 
     def _index_rows(self, lines: int | None) -> list[str]:
         if lines is None:
-            rows, _ = read_lines(self.index_log)
+            rows = read_pages(lambda at: read_lines(self.index_log, at)).items
         else:
             fd = os.open(self.index_log, os.O_RDONLY | os.O_CLOEXEC)
             try:

@@ -172,15 +172,27 @@ def charts_html(
     metrics: dict[str, list[tuple[int, float]]],
     max_points: int = MAX_POINTS,
     max_charts: int = MAX_CHARTS,
+    read_so_far: int | None = None,
 ) -> str:
+    """The charts; ``read_so_far``: the rows read while more are still to be read (a note
+    says the charts are not complete yet)."""
+    reading = (
+        f"<div class='aviflow-reading' style='font-size:11px;color:#6b7280'>reading the "
+        f"logged metrics: {num(read_so_far)} rows so far, more to come</div>"
+        if read_so_far is not None
+        else ""
+    )
     if not metrics:
-        return "<div class='aviflow-charts' style='color:#6b7280;font-size:12px'>no metrics logged yet</div>"
+        return reading or (
+            "<div class='aviflow-charts' style='color:#6b7280;font-size:12px'>no metrics logged yet</div>"
+        )
     names = list(metrics)
     svgs = [render_svg(n, downsample(metrics[n], max_points)) for n in names[:max_charts]]
     more = names[max_charts:]
     extra = f"<div style='font-size:11px'>also logged: {esc(', '.join(more))}</div>" if more else ""
     return (
-        "<div class='aviflow-charts' style='display:flex;flex-wrap:wrap'>"
+        reading
+        + "<div class='aviflow-charts' style='display:flex;flex-wrap:wrap'>"
         + "".join(svgs)
         + "</div>"
         + extra
@@ -229,12 +241,17 @@ def log_html(text: str) -> str:
 SECTIONS = ("header", "failure", "charts", "ranks", "checkpoints")
 
 
+def reading_so_far(snap: JobSnapshot) -> int | None:
+    """The metric rows read so far while the snapshot is catching up, else None."""
+    return snap.metric_rows if snap.catching_up else None
+
+
 def sections_html(snap: JobSnapshot) -> dict[str, str]:
     """Every section of the panel, by name (``failure`` is empty without a failure)."""
     return {
         "header": header_html(snap),
         "failure": failure_html(snap.failure) if snap.failure else "",
-        "charts": charts_html(snap.metrics),
+        "charts": charts_html(snap.metrics, read_so_far=reading_so_far(snap)),
         "ranks": ranks_html(snap),
         "checkpoints": checkpoints_html(snap),
     }
@@ -261,5 +278,6 @@ def snapshot_dict(snap: JobSnapshot) -> dict[str, Any]:
         "logRanks": list(snap.log_ranks),
         "checkpoints": [c.to_dict() for c in snap.checkpoints],
         "metricRows": snap.metric_rows,
+        "catchingUp": snap.catching_up,
         "metrics": {k: [list(p) for p in v] for k, v in snap.metrics.items()},
     }

@@ -3,8 +3,10 @@
 The panel's widgets render snapshots; they never read the job themselves, so the same
 snapshot feeds a live panel, a re-attached one (replayed from the run store) and tests.
 A :class:`SnapshotReader` keeps cursors into the job's events and metrics, so each refresh
-reads what changed since the last one; metric series are kept downsampled as they grow
-(:class:`SeriesBuffer`), so a refresh costs the same at 10 or 10 million logged steps.
+reads what changed since the last one, at most :data:`PAGES_PER_READ` pages of each (a view
+of a job that logged millions of rows catches up over a few refreshes, saying so with
+``catching_up``); metric series are kept downsampled as they grow (:class:`SeriesBuffer`), so
+a refresh costs the same at 10 or 10 million logged steps.
 """
 
 from __future__ import annotations
@@ -18,11 +20,21 @@ from typing import Any
 from aviflow.attempts import finished_at, usage_from_events
 from aviflow.backends.base import Backend
 from aviflow.job import Job
-from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
+from aviflow.records import (
+    MAX_PAGE_ROWS,
+    CheckpointRef,
+    Event,
+    FailureInfo,
+    JobMeta,
+    JobState,
+    MetricRow,
+    read_pages,
+)
 from aviflow.spec import TrainJob
 
 PRIMARY_METRIC = "loss"
 MAX_POINTS = 300
+PAGES_PER_READ = 5  # pages of events and of metric rows one refresh reads at most
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,9 @@ class JobSnapshot:
     metric_rows: int = 0
     checkpoints: tuple[CheckpointRef, ...] = ()
     log_ranks: tuple[int, ...] = ()
+    # more events or metric rows were written than this snapshot has read: views read on
+    # (also once the job has finished) until it is false
+    catching_up: bool = False
 
     @property
     def elapsed(self) -> float:
@@ -206,6 +221,7 @@ class SnapshotReader:
         self.events: list[Event] = []
         self.series: dict[str, SeriesBuffer] = {}
         self.metric_rows = 0
+        self.catching_up = False
         self._events_at = 0
         self._metrics_at = 0
 
@@ -214,13 +230,20 @@ class SnapshotReader:
         if self.spec is None or self.meta is None:  # never change: read once
             self.spec, self.meta = job.spec, job.meta
         record = job.status_record()  # before the events, which are written first
-        events = backend.events(job.id, since=self._events_at)
+        events = read_pages(
+            lambda at: backend.events(job.id, at, MAX_PAGE_ROWS), self._events_at, PAGES_PER_READ
+        )
         self.events.extend(events.items)
         self._events_at = events.next
-        rows = backend.metrics(job.id, since=self._metrics_at)
+        rows = read_pages(
+            lambda at: backend.metrics(job.id, at, limit=MAX_PAGE_ROWS),
+            self._metrics_at,
+            PAGES_PER_READ,
+        )
         add_rows(self.series, rows.items, self.limit)
         self.metric_rows += len(rows.items)
         self._metrics_at = rows.next
+        self.catching_up = events.more or rows.more
         log_ranks = tuple(backend.ranks(job.id))
         checkpoints = tuple(backend.checkpoints(job.id))
         return self._snapshot(record, log_ranks, checkpoints, time.time() if now is None else now)
@@ -255,6 +278,7 @@ class SnapshotReader:
             metric_rows=self.metric_rows,
             checkpoints=checkpoints,
             log_ranks=log_ranks,
+            catching_up=self.catching_up,
         )
 
 

@@ -1,8 +1,9 @@
 """The panel's feed: a daemon thread that reads the job and hands snapshots to a sink.
 
 At most ``max_updates_per_second`` snapshots leave per second (and never faster than one
-per ``interval``); once the job has finished, one last snapshot is sent and the thread
-ends. Reads are incremental (:class:`~aviflow.views.snapshot.SnapshotReader`).
+per ``interval``); once the job has finished and everything it logged has been read (a
+snapshot that is not ``catching_up``), one last snapshot is sent and the thread ends. Reads
+are incremental (:class:`~aviflow.views.snapshot.SnapshotReader`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Poller:
         while not self._stop.is_set():
             try:
                 snap = self.poll_once()
-                if snap.state.is_finished():
+                if snap.state.is_finished() and not snap.catching_up:
                     break
                 delay = self.period
             except JobNotFound as exc:

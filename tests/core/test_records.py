@@ -129,3 +129,11 @@ def test_an_error_body_without_a_known_class_maps_by_status():
         assert type(from_wire({"message": "x"}, unavailable)) is BackendUnavailable
     assert isinstance(from_wire({}, 500, "boom"), AviflowError)
     assert str(from_wire({}, 500, "boom")) == "boom"
+
+
+def test_the_module_examples_run() -> None:
+    import doctest
+
+    from aviflow import records
+
+    assert doctest.testmod(records).failed == 0  # read_pages, wire_bytes, the status keys

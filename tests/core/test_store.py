@@ -11,7 +11,17 @@ import pytest
 
 from aviflow.bundle import build_bundle
 from aviflow.errors import JobNotFound
-from aviflow.records import CheckpointRef, Event, EventType, JobMeta, JobState, JobStatus
+from aviflow.records import (
+    Batch,
+    CheckpointRef,
+    Event,
+    EventType,
+    JobMeta,
+    JobState,
+    JobStatus,
+    read_pages,
+    wire_bytes,
+)
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_lines
 
@@ -187,16 +197,91 @@ def test_atomic_write_never_shows_a_torn_file(tmp_path):
 def test_lines_are_read_from_a_cursor_and_partial_or_broken_lines_are_left(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n[1, 2]\nnot json\n{"step": 2}\n{"ste')
-    rows, end = read_lines(path)
-    assert rows == [{"step": 1}, {"step": 2}]
-    assert end == len(b'{"step": 1}\n[1, 2]\nnot json\n{"step": 2}\n')
+    first = read_lines(path)
+    assert first.items == [{"step": 1}, {"step": 2}] and first.more is False
+    end = len(b'{"step": 1}\n[1, 2]\nnot json\n{"step": 2}\n')
+    assert first.next == end
     with open(path, "ab") as f:
         f.write(b'p": 3}\n')
-    assert read_lines(path, end) == ([{"step": 3}], path.stat().st_size)
-    assert read_lines(path, path.stat().st_size) == ([], path.stat().st_size)
-    assert read_lines(tmp_path / "missing.jsonl", 7) == ([], 7)
     size = path.stat().st_size
-    assert read_lines(path, 2**53) == ([], size)  # a cursor past the end is the end
+    assert read_lines(path, end) == Batch([{"step": 3}], size, False)
+    assert read_lines(path, size) == Batch([], size, False)
+    assert read_lines(tmp_path / "missing.jsonl", 7) == Batch([], 7, False)
+    assert read_lines(path, 2**53) == Batch([], size, False)  # a cursor past the end is the end
+
+
+def metric_lines(steps: range, pad: int = 0) -> list[bytes]:
+    """metrics.jsonl lines as a job's tracker writes them (compact JSON, one per step)."""
+    return [
+        json.dumps(
+            {"step": s, "time": float(s), "attempt": 1, "values": {"loss": 1.0, "pad": "x" * pad}},
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+        for s in steps
+    ]
+
+
+def test_a_page_holds_at_most_its_rows_and_says_more_follow(tmp_path):
+    run = make(RunStore(tmp_path))
+    lines = metric_lines(range(1, 2501))
+    run.metrics_path.write_bytes(b"".join(lines))
+    ends = [sum(map(len, lines[: n + 1])) for n in range(len(lines))]  # offset after each line
+    first = run.metrics(rows=1000)
+    assert [m.step for m in first.items] == list(range(1, 1001))
+    assert (first.next, first.more) == (ends[999], True)
+    pages, cursor, more = [], 0, True
+    while more:
+        page = run.metrics(cursor, rows=1000)
+        pages.append((len(page.items), page.next, page.more))
+        cursor, more = page.next, page.more
+    assert pages == [(1000, ends[999], True), (1000, ends[1999], True), (500, ends[2499], False)]
+    # the filter is applied before the page is counted: no empty pages before step 2001
+    late = run.metrics(after_step=2000, rows=1000)
+    assert [m.step for m in late.items] == list(range(2001, 2501))
+    assert (late.next, late.more) == (ends[2499], False)
+    # read_pages follows them: all, or a bounded number of pages
+    assert read_pages(lambda at: run.metrics(at, rows=1000)) == Batch(
+        run.metrics().items, ends[2499], False
+    )
+    two = read_pages(lambda at: run.metrics(at, rows=1000), pages=2)
+    assert (len(two.items), two.next, two.more) == (2000, ends[1999], True)
+
+
+def test_a_page_holds_at_most_its_budget_of_bytes_as_json(tmp_path):
+    run = make(RunStore(tmp_path))
+    lines = metric_lines(range(1, 101), pad=1000)
+    run.metrics_path.write_bytes(b"".join(lines))
+    weight = wire_bytes(run.metrics(rows=1).items[0])
+    assert weight == 1076  # the record as aviflow-api writes it, and ", "
+    page = run.metrics(budget=10_000)
+    assert len(page.items) == 9 and 9 * weight <= 10_000 < 10 * weight
+    assert (page.next, page.more) == (sum(map(len, lines[:9])), True)
+    steps, cursor, more = [], 0, True
+    while more:
+        page = run.metrics(cursor, budget=10_000)
+        assert sum(map(wire_bytes, page.items)) <= 10_000
+        steps += [m.step for m in page.items]
+        cursor, more = page.next, page.more
+    assert steps == list(range(1, 101)) and cursor == sum(map(len, lines))
+
+
+def test_lines_that_are_not_records_are_skipped_but_never_counted(tmp_path):
+    run = make(RunStore(tmp_path))
+    good = metric_lines(range(1, 4))
+    heavy = metric_lines(range(10, 11), pad=1000)[0]  # heavier than any page of 1000 bytes
+    junk = [b"[1, 2]\n", b"not json\n", b'{"step": "7"}\n', b"\n", b"{" * 100_000 + b"\n"]
+    data = good[0] + b"".join(junk) + good[1] + heavy + good[2] + b'{"step": 4, "ti'
+    run.metrics_path.write_bytes(data)
+    page = run.metrics(rows=1)
+    assert ([m.step for m in page.items], page.more) == ([1], True)
+    assert page.next == len(good[0]) + sum(map(len, junk))  # before the record that follows
+    page = run.metrics(page.next, rows=1)
+    assert ([m.step for m in page.items], page.more) == ([2], True)
+    assert page.next == len(good[0]) + sum(map(len, junk)) + len(good[1])
+    page = run.metrics(page.next, rows=1, budget=1000)
+    assert ([m.step for m in page.items], page.more) == ([3], False)  # the heavy one skipped
+    assert page.next == len(data) - len(b'{"step": 4, "ti')  # the line being written waits
 
 
 def test_events_and_status_round_trip_and_read_incrementally(tmp_path):
@@ -318,7 +403,7 @@ def test_a_torn_line_stays_alone_and_a_short_write_is_taken_back(
         f.write(b'{"n": 2, "cut sh')  # the writer died here
     append_line(path, {"n": 3})
     assert path.read_bytes() == b'{"n":1}\n{"n": 2, "cut sh\n{"n":3}\n'
-    assert read_lines(path) == ([{"n": 1}, {"n": 3}], len(path.read_bytes()))
+    assert read_lines(path) == Batch([{"n": 1}, {"n": 3}], len(path.read_bytes()))
 
     before = path.read_bytes()
     real_write = os.write
@@ -329,7 +414,7 @@ def test_a_torn_line_stays_alone_and_a_short_write_is_taken_back(
     assert exc.value.errno == 28  # ENOSPC
     assert path.read_bytes() == before
     append_line(path, {"n": 5})
-    assert read_lines(path)[0] == [{"n": 1}, {"n": 3}, {"n": 5}]
+    assert read_lines(path).items == [{"n": 1}, {"n": 3}, {"n": 5}]
 
 
 def test_the_cancel_reason_is_read_bounded_and_never_through_a_link(tmp_path: Path) -> None:

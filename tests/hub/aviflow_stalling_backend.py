@@ -125,15 +125,19 @@ class StallingBackend(LocalBackend):
         stall("meta")
         return super().meta(job_id)
 
-    def events(self, job_id: str, since: int = 0) -> Batch[Event]:
+    def events(self, job_id: str, since: int = 0, limit: int | None = None) -> Batch[Event]:
         stall("events")
-        return super().events(job_id, since)
+        return super().events(job_id, since, limit)
 
     def metrics(
-        self, job_id: str, since: int = 0, after_step: int | None = None
+        self,
+        job_id: str,
+        since: int = 0,
+        after_step: int | None = None,
+        limit: int | None = None,
     ) -> Batch[MetricRow]:
         stall("metrics")
-        return super().metrics(job_id, since, after_step)
+        return super().metrics(job_id, since, after_step, limit)
 
     def ranks(self, job_id: str) -> list[int]:
         stall("ranks")

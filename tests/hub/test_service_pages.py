@@ -181,6 +181,18 @@ def test_the_job_page_is_the_panels_sections() -> None:
         xsrf="t",
     )
     assert "<form" not in finished and "no metrics logged yet" in finished
+    assert "http-equiv" not in page + finished
+    # a view that has not read all the job logged says so and reads on (no script: a reload)
+    reading = job_page_html(
+        JobSnapshot(**{**vars(snap), "metric_rows": 50_000, "catching_up": True}),
+        summary(),
+        [],
+        0,
+        base=BASE,
+        xsrf="t",
+    )
+    assert '<head><meta charset="utf-8"><meta http-equiv="refresh" content="2"><title>' in reading
+    assert "reading the logged metrics: 50000 rows so far, more to come" in reading
 
 
 # -- on a real hub --------------------------------------------------------------------------------

@@ -23,7 +23,16 @@ from aviflow.errors import (
     SpecError,
     from_wire,
 )
-from aviflow.records import ORIGIN_CLAIM, JobState, JobSummary, PendingJob, QueueQuota
+from aviflow.records import (
+    MAX_PAGE_ROWS,
+    ORIGIN_CLAIM,
+    PAGE_BYTES,
+    PAGE_ROWS,
+    JobState,
+    JobSummary,
+    PendingJob,
+    QueueQuota,
+)
 from aviflow_hub.authz import READ_SCOPE, Principal
 from aviflow_hub.config import HubConfig
 from aviflow_hub.openapi import _document, operations
@@ -79,6 +88,15 @@ def test_integers_are_digits_within_bounds(raw: str, ok: bool) -> None:
             parse_int("rank", raw, 4095)
         assert len(str(err.value)) < 200
     assert parse_int("since", str(MAX_CURSOR), MAX_CURSOR) == 2**53
+
+
+def test_a_page_limit_is_from_1_to_the_most_rows_a_page_holds() -> None:
+    assert parse_int("limit", "1", MAX_PAGE_ROWS, minimum=1) == 1
+    assert parse_int("limit", "10000", MAX_PAGE_ROWS, minimum=1) == MAX_PAGE_ROWS == 10_000
+    for raw in ("0", "10001", "-1", "", "1e3"):
+        with pytest.raises(RequestError) as err:
+            parse_int("limit", raw, MAX_PAGE_ROWS, minimum=1)
+        assert str(err.value) == f"limit must be a whole number from 1 to 10000, got {raw!r}"
 
 
 @pytest.mark.parametrize("job_id", ["X", "a_b", "-a", "a" * 64, "a\n", "", "a/b", "a\x00"])
@@ -336,16 +354,23 @@ def test_the_openapi_document_describes_every_route_and_the_error_body() -> None
     for path, name in [
         ("/jobs", "limit"),
         ("/jobs/{job_id}/events", "since"),
+        ("/jobs/{job_id}/events", "limit"),
         ("/jobs/{job_id}/metrics", "since"),
         ("/jobs/{job_id}/metrics", "afterStep"),
+        ("/jobs/{job_id}/metrics", "limit"),
         ("/jobs/{job_id}/logs/{rank}", "tail"),
         ("/jobs/{job_id}/logs/{rank}", "offset"),
         ("/usage", "by"),
         ("/usage", "format"),
     ]:
         assert (path, name) in params, (path, name)
-    for op in ("/jobs/{job_id}/events", "/jobs/{job_id}/metrics"):
-        assert "next" in json.dumps(doc["paths"][op]["get"]["responses"]["200"])
+    for op, items in (("/jobs/{job_id}/events", "events"), ("/jobs/{job_id}/metrics", "rows")):
+        page = doc["paths"][op]["get"]["responses"]["200"]["content"]["application/json"]
+        assert page["schema"]["required"] == [items, "next", "more"]
+    # the page bounds it documents are the service's
+    limit = doc["components"]["parameters"]["limit"]["schema"]
+    assert (limit["minimum"], limit["maximum"], limit["default"]) == (1, MAX_PAGE_ROWS, PAGE_ROWS)
+    assert f"1 MiB of them as JSON ({PAGE_BYTES} bytes" in doc["info"]["description"]
 
 
 def test_a_lane_refuses_when_its_workers_are_held_and_frees_them_when_the_calls_end() -> None:

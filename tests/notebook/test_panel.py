@@ -265,12 +265,12 @@ def test_each_refresh_reads_only_what_changed(comms, make_job, local_backend) ->
     calls: list[tuple[str, int]] = []
     real_events, real_metrics = local_backend.events, local_backend.metrics
 
-    def events(job_id: str, since: int = 0):
+    def events(job_id: str, since: int = 0, limit: int | None = None):
         calls.append(("events", since))
-        return real_events(job_id, since)
+        return real_events(job_id, since, limit)
 
-    def metrics(job_id: str, since: int = 0, after_step: int | None = None):
-        batch = real_metrics(job_id, since, after_step)
+    def metrics(job_id: str, since: int = 0, after_step: int | None = None, limit=None):
+        batch = real_metrics(job_id, since, after_step, limit)
         calls.append(("metrics", len(batch.items)))
         return batch
 
@@ -286,3 +286,48 @@ def test_each_refresh_reads_only_what_changed(comms, make_job, local_backend) ->
     events_at = [n for kind, n in calls if kind == "events"]
     assert events_at[0] == 0 and events_at[1] == events_at[2] > 0  # from the cursor on
     assert [n for kind, n in calls if kind == "metrics"] == [1000, 1, 0]
+
+
+def test_a_long_history_is_read_a_few_pages_a_refresh_until_caught_up(
+    comms, make_job, local_backend
+) -> None:
+    """A finished job that logged 60,000 rows: each refresh reads at most 5 pages of 10,000,
+    says it is catching up (the chart notes it), and the panel reads on after the end."""
+    from aviflow.views.snapshot import PAGES_PER_READ
+
+    job = make_job(JobState.SUCCEEDED)
+    run = local_backend.run_dir(job.id)
+    run.metrics_path.write_text(
+        "".join(
+            json.dumps({"step": s, "time": float(s), "attempt": 1, "values": {"loss": 1 / s}})
+            + "\n"
+            for s in range(1, 60_001)
+        )
+    )
+    pages: list[int] = []
+    real_metrics = local_backend.metrics
+
+    def metrics(job_id: str, since: int = 0, after_step: int | None = None, limit=None):
+        batch = real_metrics(job_id, since, after_step, limit)
+        pages.append(len(batch.items))
+        return batch
+
+    local_backend.metrics = metrics  # type: ignore[method-assign]
+    seen: list[Any] = []
+    poller = Poller(job, seen.append, interval=0.01, max_updates_per_second=100)
+    poller.start()
+    poller.join(30)
+    assert not poller.running
+    assert PAGES_PER_READ == 5 and pages == [10_000] * 6
+    assert [(s.metric_rows, s.catching_up) for s in seen] == [(50_000, True), (60_000, False)]
+    assert [s.state for s in seen] == [JobState.SUCCEEDED] * 2
+    from aviflow.views.sections import sections_html, snapshot_dict
+
+    charts = [sections_html(s)["charts"] for s in seen]
+    assert "reading the logged metrics: 50000 rows so far, more to come" in charts[0]
+    assert "reading the logged metrics" not in charts[1]
+    assert (snapshot_dict(seen[0])["catchingUp"], snapshot_dict(seen[1])["catchingUp"]) == (
+        True,
+        False,
+    )
+    assert seen[1].metrics["loss"][-1] == (60_000, 1 / 60_000)

@@ -2,8 +2,10 @@
  * The main-area view of one job. It shows the notebook panel's own server-rendered
  * sections (`html` of `GET aviflow/jobs/<id>`, kept to what they are made of by
  * `sanitizeHtml`), then the per-rank logs (as text), read
- * incrementally. It polls every 2 s while visible and the job is unfinished, and once
- * more after the job finished. The MainAreaWidget around it is made in actions.ts.
+ * incrementally. It polls every 2 s while visible and the job is unfinished (or the server
+ * is still catching up with what it logged), and once more after that. A log keeps only its
+ * last `LOG_KEEP_CHARS` in the DOM, however long the job runs. The MainAreaWidget around it
+ * is made in actions.ts.
  */
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
@@ -24,6 +26,37 @@ export const HTML_SECTIONS: ReadonlyArray<keyof JobDetailHtml> = [
 
 /** Lines read from the end of a log when a rank is chosen. */
 export const LOG_TAIL_LINES = 200;
+
+/**
+ * Characters of a rank's log the view keeps (256 KiB of plain output): older output is
+ * dropped from the top, cut at a line start, and a note says so. When more than this was
+ * written since the last read, the view reads on from the part it would keep.
+ */
+export const LOG_KEEP_CHARS = 256 * 1024;
+
+/** Log reads one poll makes at most (each answer is at most 1 MiB of the log). */
+export const LOG_READS_PER_POLL = 4;
+
+/** What the note above a log says when earlier output is not shown. */
+export const LOG_DROPPED_NOTE =
+  'Earlier output is not shown: this view keeps the last 256 KiB of each rank\'s log.';
+
+/**
+ * The end of `text` the view keeps: all of it when it has at most `keep` characters, else
+ * what follows the first line start among its last `keep` (the last `keep` characters when
+ * they hold no line start: one line longer than that).
+ */
+export function keepLogTail(text: string, keep: number = LOG_KEEP_CHARS): string {
+  if (text.length <= keep) {
+    return text;
+  }
+  const from = text.length - keep;
+  if (text[from - 1] === '\n') {
+    return text.slice(from);
+  }
+  const newline = text.indexOf('\n', from);
+  return newline < 0 || newline + 1 === text.length ? text.slice(from) : text.slice(newline + 1);
+}
 
 /** What a cancel confirmation needs to know. */
 export interface CancelTarget {
@@ -138,6 +171,9 @@ export class JobViewContent extends Widget {
   private _sections = new Map<string, HTMLElement>();
   private _rankSelect: HTMLSelectElement;
   private _logText: HTMLPreElement;
+  private _logNode: Text;
+  private _logDropped: HTMLElement;
+  private _logMidLine = false;
   private _logRanks: number[] = [];
   private _logRank: number | null = null;
   private _logNext: number | null = null;
@@ -188,8 +224,12 @@ export class JobViewContent extends Widget {
     });
     label.appendChild(this._rankSelect);
     head.append(el('h3', 'aviflow-section-title', 'Logs'), label);
-    this._logText = el('pre', 'aviflow-log-text', 'No logs yet.');
-    logs.append(head, this._logText);
+    this._logText = el('pre', 'aviflow-log-text');
+    this._logNode = document.createTextNode('No logs yet.');
+    this._logText.appendChild(this._logNode);
+    this._logDropped = el('p', 'aviflow-log-dropped', LOG_DROPPED_NOTE);
+    this._logDropped.hidden = true;
+    logs.append(head, this._logDropped, this._logText);
 
     this.node.append(actions, this._errorNode, this._loadingNode, sections, logs);
 
@@ -296,7 +336,7 @@ export class JobViewContent extends Widget {
     this._showError(null);
     this._render(answer);
     await this._readLogs();
-    if (isFinished(answer.job.state)) {
+    if (isFinished(answer.job.state) && !answer.job.catchingUp) {
       if (this._sawFinished) {
         this._stop();
       }
@@ -366,11 +406,43 @@ export class JobViewContent extends Widget {
     this._logRank = rank;
     this._logNext = null;
     this._logToken += 1;
-    this._logText.textContent = '';
+    this._setLog('', false);
     void this._readLogs();
   }
 
-  /** Read the selected rank's log: its tail first, then what follows. Reads never overlap. */
+  /** Show `text` as the log; `dropped`: it is not the log from its start. */
+  private _setLog(text: string, dropped: boolean): void {
+    const kept = keepLogTail(text);
+    this._logNode = document.createTextNode(kept);
+    this._logText.replaceChildren(this._logNode);
+    this._logDropped.hidden = !(dropped || kept.length < text.length);
+    this._logMidLine = false;
+  }
+
+  /** Add `text` to the log, dropping its oldest lines past LOG_KEEP_CHARS. */
+  private _appendLog(text: string): void {
+    if (this._logMidLine) {
+      // reading on from the middle of a line: its rest is dropped
+      const newline = text.indexOf('\n');
+      if (newline < 0) {
+        return;
+      }
+      text = text.slice(newline + 1);
+      this._logMidLine = false;
+    }
+    const node = this._logNode;
+    node.appendData(text);
+    if (node.length > LOG_KEEP_CHARS) {
+      node.deleteData(0, node.length - keepLogTail(node.data).length);
+      this._logDropped.hidden = false;
+    }
+  }
+
+  /**
+   * Read the selected rank's log: its tail first, then what follows, up to
+   * LOG_READS_PER_POLL answers while the log has more (from the part the view keeps when
+   * more than that was written). Reads never overlap.
+   */
   private _readLogs(): Promise<void> {
     this._logChain = this._logChain.then(() => this._readLogsOnce()).catch(() => undefined);
     return this._logChain;
@@ -382,24 +454,35 @@ export class JobViewContent extends Widget {
       return;
     }
     const token = this._logToken;
-    const offset = this._logNext;
-    const read = offset === null ? { tail: LOG_TAIL_LINES } : { offset };
-    const answer = await this._client.logs(this.jobId, rank, read);
-    if (token !== this._logToken) {
-      return;
-    }
     const pre = this._logText;
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    if (offset === null) {
-      pre.textContent = answer.text;
-    } else if (answer.next < offset) {
-      // The log was truncated or replaced: read its tail again next time.
-      this._logNext = null;
-      return;
-    } else if (answer.text) {
-      pre.appendChild(document.createTextNode(answer.text));
+    for (let reads = 0; reads < LOG_READS_PER_POLL; reads++) {
+      const offset = this._logNext;
+      const read = offset === null ? { tail: LOG_TAIL_LINES } : { offset };
+      const answer = await this._client.logs(this.jobId, rank, read);
+      if (token !== this._logToken) {
+        return;
+      }
+      if (offset === null) {
+        this._setLog(answer.text, answer.offset > 0);
+      } else if (answer.next < offset) {
+        // The log was truncated or replaced: read its tail again next time.
+        this._logNext = null;
+        return;
+      } else if (answer.text) {
+        this._appendLog(answer.text);
+      }
+      this._logNext = answer.next;
+      if (answer.next >= answer.size) {
+        break;
+      }
+      if (answer.size - answer.next > LOG_KEEP_CHARS) {
+        // More was written than the view keeps: read on from its last part only.
+        this._logNext = answer.size - LOG_KEEP_CHARS;
+        this._setLog('', true);
+        this._logMidLine = true;
+      }
     }
-    this._logNext = answer.next;
     if (atBottom) {
       pre.scrollTop = pre.scrollHeight;
     }

@@ -116,6 +116,11 @@ export interface JobDetail {
   checkpoints: CheckpointInfo[];
   metricRows: number;
   metrics: Record<string, [number, number][]>;
+  /**
+   * The server has not read everything the job logged yet (it reads a few pages a request):
+   * read the job again, also after it finished, until this is false.
+   */
+  catchingUp?: boolean;
 }
 
 /** The notebook panel's own rendering of each section of a job (escaped, inline SVG). */
@@ -133,7 +138,11 @@ export interface JobDetailAnswer {
   html: JobDetailHtml;
 }
 
-/** `GET aviflow/jobs/<id>/logs/<rank>?tail=<lines>` or `?offset=<byte>`. */
+/**
+ * `GET aviflow/jobs/<id>/logs/<rank>?tail=<lines>` or `?offset=<byte>`: bytes
+ * `[offset, next)` of the log (at most 1 MiB), whose size was `size`; read on from `next`
+ * while it is below `size`.
+ */
 export interface LogAnswer {
   rank: number;
   text: string;

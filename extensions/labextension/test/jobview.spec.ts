@@ -4,7 +4,14 @@
 import { Widget } from '@lumino/widgets';
 
 import { AviflowError } from '../src/errors';
-import { CancelTarget, JobViewContent, sanitizeHtml } from '../src/jobview';
+import {
+  CancelTarget,
+  JobViewContent,
+  keepLogTail,
+  LOG_DROPPED_NOTE,
+  LOG_KEEP_CHARS,
+  sanitizeHtml
+} from '../src/jobview';
 import type { JobDetailAnswer, JobState } from '../src/types';
 import { FakeClient, flush } from './fixtures';
 
@@ -65,6 +72,23 @@ describe('sanitizeHtml', () => {
   });
 });
 
+describe('keepLogTail', () => {
+  it('keeps at most the last characters, from a line start', () => {
+    expect(LOG_KEEP_CHARS).toBe(262144);
+    expect(keepLogTail('abc\n', 5)).toBe('abc\n');
+    expect(keepLogTail('line1\nline2\nline3\n', 12)).toBe('line2\nline3\n');
+    expect(keepLogTail('line1\nline2\nline3\n', 10)).toBe('line3\n');
+    // one line longer than what is kept: its end
+    expect(keepLogTail('aaaa\nbbbbbbbbbb', 8)).toBe('bbbbbbbb');
+    expect(keepLogTail('x'.repeat(20) + '\n', 5)).toBe('xxxx\n');
+  });
+});
+
+/** Line `i` of a log: 100 characters. */
+const logLine = (i: number): string => `${String(i).padStart(6, '0')} ${'x'.repeat(92)}\n`;
+const logLines = (from: number, to: number): string =>
+  Array.from({ length: to - from }, (_, k) => logLine(from + k)).join('');
+
 describe('JobViewContent', () => {
   beforeEach(() => jest.useFakeTimers());
   afterEach(() => {
@@ -102,6 +126,54 @@ describe('JobViewContent', () => {
     view.dispose();
   });
 
+  it('keeps only the last 256 KiB of a log in the DOM, cut at a line start', async () => {
+    const { client, view } = setup();
+    client.jobReplies.push(detail('RUNNING'));
+    client.logReplies.push(
+      { rank: 0, text: logLines(0, 3000), offset: 0, next: 300000, size: 300000 },
+      { rank: 0, text: logLines(3000, 3010), offset: 300000, next: 301000, size: 301000 }
+    );
+    Widget.attach(view, document.body);
+    await flush(20);
+    const pre = q(view.node, 'pre.aviflow-log-text');
+    const note = q(view.node, '.aviflow-log-dropped');
+    // 300,000 characters read: the last 2,621 whole lines (262,100 characters) are kept
+    expect(pre.textContent).toBe(logLines(379, 3000));
+    expect(pre.textContent!.length).toBe(262100);
+    expect(note.hidden).toBe(false);
+    expect(note.textContent).toBe(LOG_DROPPED_NOTE);
+    expect(note.nextElementSibling).toBe(pre); // at the top of the log
+    jest.advanceTimersByTime(2000);
+    await flush(20);
+    expect(client.calls).toEqual(['job j1', 'logs j1 0 tail=200', 'job j1', 'logs j1 0 offset=300000']);
+    expect(pre.textContent).toBe(logLines(389, 3010));
+    expect(pre.childNodes.length).toBe(1);
+    view.dispose();
+  });
+
+  it('reads on from the part it keeps when far more was written', async () => {
+    const { client, view } = setup();
+    client.jobReplies.push(detail('RUNNING'));
+    client.logReplies.push(
+      { rank: 0, text: 'start\n', offset: 0, next: 6, size: 6 },
+      { rank: 0, text: logLines(0, 10), offset: 6, next: 1006, size: 5000006 },
+      { rank: 0, text: 'rest of a line\n' + logLines(50000, 50005), offset: 4737862, next: 5000006, size: 5000006 }
+    );
+    Widget.attach(view, document.body);
+    await flush(20);
+    const pre = q(view.node, 'pre.aviflow-log-text');
+    expect(pre.textContent).toBe('start\n');
+    expect(q(view.node, '.aviflow-log-dropped').hidden).toBe(true); // the whole log so far
+    jest.advanceTimersByTime(2000);
+    await flush(40);
+    // 4,999,000 bytes behind: the next read starts 256 KiB before the end, mid-line
+    expect(client.calls.slice(2)).toEqual(['job j1', 'logs j1 0 offset=6', 'logs j1 0 offset=4737862']);
+    expect(5000006 - LOG_KEEP_CHARS).toBe(4737862);
+    expect(pre.textContent).toBe(logLines(50000, 50005));
+    expect(q(view.node, '.aviflow-log-dropped').hidden).toBe(false);
+    view.dispose();
+  });
+
   it('re-reads the tail when the rank changes', async () => {
     const { client, view } = setup();
     client.jobReplies.push(detail('RUNNING'));
@@ -134,6 +206,25 @@ describe('JobViewContent', () => {
     await flush(20);
     expect(client.calls).toEqual(['job j1', 'job j1', 'job j1']);
     expect(view.node.dataset.state).toBe('SUCCEEDED');
+    view.dispose();
+  });
+
+  it('polls a finished job until the server has caught up with what it logged', async () => {
+    const { client, view } = setup();
+    const reading = detail('SUCCEEDED', {}, []);
+    reading.job.catchingUp = true;
+    client.jobReplies.push(reading, reading, detail('SUCCEEDED', {}, []));
+    Widget.attach(view, document.body);
+    for (let tick = 0; tick < 3; tick++) {
+      await flush(20);
+      expect(view.done).toBe(false);
+      jest.advanceTimersByTime(2000);
+    }
+    await flush(20);
+    expect(view.done).toBe(true);
+    jest.advanceTimersByTime(20000);
+    await flush(20);
+    expect(client.calls).toEqual(['job j1', 'job j1', 'job j1', 'job j1']);
     view.dispose();
   });
 

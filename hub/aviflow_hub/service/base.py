@@ -221,10 +221,11 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
             raise cls(decision.reason)
         return found
 
-    def int_arg(self, name: str, maximum: int) -> int | None:
-        """The query parameter ``name`` as an integer from 0 to ``maximum`` (None: absent)."""
+    def int_arg(self, name: str, maximum: int, minimum: int = 0) -> int | None:
+        """The query parameter ``name`` as an integer from ``minimum`` to ``maximum`` (None:
+        absent)."""
         raw = self.get_argument(name, None, strip=False)
-        return None if raw is None else parse_int(name, raw, maximum)
+        return None if raw is None else parse_int(name, raw, maximum, minimum)
 
     def choice_arg(self, name: str, choices: tuple[str, ...], default: str) -> str:
         value = self.get_argument(name, default, strip=False)

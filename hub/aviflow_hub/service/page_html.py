@@ -39,12 +39,19 @@ PAGE_CSS = REPORT_CSS + (
     "h3{font-size:.95em;margin:.6em 0 .2em}"
 )
 MAX_PENDING_SHOWN = 10
+READ_ON_SECONDS = 2  # a job page that has not read all the job logged reloads itself after
 
 
-def page_html(title: str, body: str) -> str:
-    """A whole page: ``title`` is text (escaped here), ``body`` is HTML."""
+def page_html(title: str, body: str, reload_after: int | None = None) -> str:
+    """A whole page: ``title`` is text (escaped here), ``body`` is HTML; ``reload_after``:
+    the browser loads the page again after that many seconds (no script: a meta refresh)."""
+    reload = (
+        f'<meta http-equiv="refresh" content="{int(reload_after)}">'
+        if reload_after is not None
+        else ""
+    )
     return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f'<!doctype html><html><head><meta charset="utf-8">{reload}<title>{esc(title)}</title>'
         f"<style>{PAGE_CSS}</style></head><body>{body}</body></html>"
     )
 
@@ -212,7 +219,9 @@ def job_page_html(
     base: str,
     xsrf: str,
 ) -> str:
-    """One job: the panel's sections, the logs, a cancel form while it is unfinished."""
+    """One job: the panel's sections, the logs, a cancel form while it is unfinished. A page
+    whose snapshot is still catching up with what the job logged (a few pages of events and
+    metrics are read a view) reloads itself after :data:`READ_ON_SECONDS`, reading on."""
     parts = sections_html(snap)
     where = (
         esc(summary.queue) if not summary.team else f"{esc(summary.team)} / {esc(summary.queue)}"
@@ -228,6 +237,7 @@ def job_page_html(
         f'<section id="ranks"><h2>Ranks</h2>{parts["ranks"]}</section>'
         f'<section id="checkpoints"><h2>Checkpoints</h2>{parts["checkpoints"]}</section>'
         f'<section id="logs"><h2>Logs (last lines)</h2>{logs_html(logs, total_ranks)}</section>',
+        reload_after=READ_ON_SECONDS if snap.catching_up else None,
     )
 
 

@@ -9,6 +9,10 @@ echoes more than a few dozen characters of the input.
 Traceback (most recent call last):
 ...
 aviflow.errors.RequestError: rank must be a whole number from 0 to 4095, got '-1'
+>>> parse_int("limit", "0", MAX_PAGE_ROWS, minimum=1)
+Traceback (most recent call last):
+...
+aviflow.errors.RequestError: limit must be a whole number from 1 to 10000, got '0'
 """
 
 from __future__ import annotations
@@ -16,18 +20,36 @@ from __future__ import annotations
 from aviflow._model import short
 from aviflow.errors import JobNotFound, RequestError
 from aviflow.names import is_dns1123_label
+from aviflow.records import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS
 from aviflow.store import MAX_TAIL_LINES
 
 MAX_RANK = 4095
 MAX_CURSOR = 2**53  # byte offsets and steps: exact in a JSON number everywhere
 MAX_LIMIT = 100_000
-__all__ = ["MAX_CURSOR", "MAX_LIMIT", "MAX_RANK", "MAX_TAIL_LINES", "check_job_id", "parse_int"]
+__all__ = [
+    "MAX_CURSOR",
+    "MAX_LIMIT",
+    "MAX_PAGE_ROWS",
+    "MAX_RANK",
+    "MAX_TAIL_LINES",
+    "PAGE_BYTES",
+    "PAGE_ROWS",
+    "check_job_id",
+    "parse_int",
+]
 
 
-def parse_int(name: str, raw: str, maximum: int) -> int:
-    """``raw`` as an integer from 0 to ``maximum`` (digits only: no sign, space or exponent)."""
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(maximum)) or int(raw) > maximum:
-        raise RequestError(f"{name} must be a whole number from 0 to {maximum}, got {short(raw)}")
+def parse_int(name: str, raw: str, maximum: int, minimum: int = 0) -> int:
+    """``raw`` as an integer from ``minimum`` to ``maximum`` (digits only: no sign, space or
+    exponent)."""
+    if (
+        not (raw.isascii() and raw.isdigit())
+        or len(raw) > len(str(maximum))
+        or not minimum <= int(raw) <= maximum
+    ):
+        raise RequestError(
+            f"{name} must be a whole number from {minimum} to {maximum}, got {short(raw)}"
+        )
     return int(raw)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from aviflow.views.sections import MAX_POINTS, charts_html
+from aviflow.views.sections import MAX_POINTS, charts_html, reading_so_far
 from aviflow.views.snapshot import JobSnapshot
 
 
@@ -24,7 +24,8 @@ class MetricChart(w.HTML):
         self.value = charts_html({})
 
     def update_from(self, snap: JobSnapshot) -> None:
-        key = tuple((n, len(p), p[-1] if p else None) for n, p in snap.metrics.items())
+        reading = reading_so_far(snap)
+        key = (reading, *((n, len(p), p[-1] if p else None) for n, p in snap.metrics.items()))
         if key != self._seen:
             self._seen = key
-            self.value = charts_html(snap.metrics, self.max_points)
+            self.value = charts_html(snap.metrics, self.max_points, read_so_far=reading)
