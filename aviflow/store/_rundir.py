@@ -38,7 +38,6 @@ from aviflow.store._files import (
     pread_all,
     read_bytes,
     read_json,
-    read_lines,
     read_records,
     remove_temporaries,
 )
