@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(
         run.rank_log(rank), f"=== attempt {node.attempt} rank {rank} pid {os.getpid()} ===\n"
     )
-    watchdog.start(run, node, rank)  # heartbeats and stacks (a command exec'd below has none)
-
     if ns.exec:
         if not args:
             parser.error("--exec needs a command")
+        # no watchdog: exec would freeze its thread wherever it was (a heartbeat's temporary
+        # file half written), and the command has no Python stacks to dump
         try:
             os.execvp(args[0], args)
         except OSError as exc:
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"aviflow: cannot run {args[0]!r}: {exc.strerror}", file=sys.stderr)
             return 127
 
+    watchdog.start(run, node, rank)  # heartbeats and stacks
     script = str(ns.script)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).parent))
