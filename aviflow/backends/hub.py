@@ -123,8 +123,17 @@ class HubBackend(Backend):
         return self.request("GET", path, query=query)
 
     # -- the interface ---------------------------------------------------------------------------
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
         """Submit through the service; the owner is the token's user (``owner`` is ignored)."""
+        if job_id is not None:
+            raise BackendError("aviflow-api chooses job ids: submit without one")
         payload = {
             "spec": job.to_dict(),
             "bundle": {

@@ -43,7 +43,14 @@ class StoreOnly(StoreReads, Backend):
     def __init__(self, root: Path) -> None:
         self.store = RunStore(root)
 
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
         raise NotImplementedError
 
     def status(self, job_id: str) -> JobStatus:
