@@ -24,7 +24,7 @@ from aviflow_pool import Pool
 
 from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.bundle import build_bundle
-from aviflow.errors import BackendUnavailable
+from aviflow.errors import BackendError, BackendUnavailable
 from aviflow.operator._binding import Binder
 from aviflow.records import EventType, JobState, Owner
 from aviflow.spec import TrainJob
@@ -214,6 +214,28 @@ def test_a_retry_with_the_same_key_returns_the_same_job(idle_pool: Pool) -> None
     assert sorted((s.id, s.user) for s in ledger.summaries()) == sorted(
         [(job_id, "alice"), (bobs.id, "bob")]
     )
+
+
+def test_an_id_whose_name_another_trainjob_holds_leaves_nothing(idle_pool: Pool) -> None:
+    pool = idle_pool  # no controller: the other TrainJob stays as it was made
+    b = backend(pool)
+    theirs = {
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": "once-0000cafe", "namespace": pool.namespace},
+        "spec": {"script": "print(0)"},
+    }
+    pool.cluster.kubectl("create", "-f", "-", input=json.dumps(theirs))
+    with pytest.raises(BackendError) as held:
+        b.submit(JOB, build_bundle(JOB), ALICE, job_id="once-0000cafe")
+    assert str(held.value) == (
+        f"submitting 'once': the cluster has another TrainJob named once-0000cafe in "
+        f"{pool.namespace}; submit again (without this job id)"
+    )
+    # ours can never be made under that name: its directory is gone, nothing is pending
+    assert b.list_ids() == [] and b.store.pending() == []
+    [cr] = trainjobs(pool)
+    assert "aviflow.dev/submission" not in (cr["metadata"].get("annotations") or {})
 
 
 def test_a_finished_trainjob_costs_the_controller_nothing(
