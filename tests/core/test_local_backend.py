@@ -210,3 +210,19 @@ def test_a_job_whose_supervisor_dies_after_a_cancel_request_is_recorded_as_cance
     assert (status.state, status.message) == (JobState.CANCELLED, "cancelled by bob")
     assert [e.type for e in run.events().items] == [EventType.QUEUED, EventType.CANCELLED]
     assert local_backend.request_cancel(run.id) is False
+
+
+def test_a_submission_with_its_id_again_is_the_same_job(local_backend):
+    from aviflow.records import Owner
+    from aviflow.store import new_job_id
+
+    job = TrainJob.from_dict({"metadata": {"name": "again"}, "spec": {"script": "pass"}})
+    chosen = new_job_id(job.slug)
+    ada = Owner("ada", "vision")
+    first = local_backend.submit(job, build_bundle(job), ada, job_id=chosen)
+    assert first == chosen
+    assert local_backend.submit(job, build_bundle(job), ada, job_id=chosen) == chosen
+    assert local_backend.list_ids() == [chosen]
+    with pytest.raises(BackendError, match=f"job id '{chosen}' is another job's"):
+        local_backend.submit(job, build_bundle(job), Owner("bob", "vision"), job_id=chosen)
+    assert aviflow.Job(chosen, local_backend).wait(timeout=60) is JobState.SUCCEEDED
