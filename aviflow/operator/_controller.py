@@ -131,7 +131,7 @@ class Controller:
         self.submissions = Submissions(
             store,
             {ns: cell.trainjobs for ns, cell in self.cells.items()},
-            self._trainjob_exists,
+            self._fetch_trainjob,
             self._guard,
             submission_grace,
         )
@@ -544,17 +544,17 @@ class Controller:
             self._guard()
             run.record(step.events, step.lifecycle.status())
 
-    def _trainjob_exists(self, namespace: str, name: str) -> bool:
-        """Whether the API server has the TrainJob (not the cache)."""
+    def _fetch_trainjob(self, namespace: str, name: str) -> Obj | None:
+        """The TrainJob as the API server has it (not the cache), or None."""
         try:
-            self.custom.get_namespaced_custom_object(
+            found = self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
             )
-            return True
         except ApiException as exc:
             if exc.status == 404:
-                return False
+                return None
             raise
+        return found if isinstance(found, dict) else None
 
     def _team_of(self, namespace: str, queue: str) -> str | None:
         """The team whose LocalQueue ``queue`` is (its ``aviflow.dev/team`` label), or None."""

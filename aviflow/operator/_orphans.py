@@ -6,8 +6,10 @@ TrainJob, and the run store marks the job pending until the controller binds it
 API server and gives up, the directory would stay QUEUED for ever, in every listing and in
 its queue's count. :class:`Submissions` reads the pending marks alone (not every job), and
 records one older than the grace period whose TrainJob the API server does not have (asked
-directly: the cache may be behind) as FAILED, "the submission did not complete". A TrainJob
-that appears after all is bound to the directory as usual and shows that end.
+directly: the cache may be behind), or has under another token (someone else's TrainJob took
+the name, so this one can never be made), as FAILED, "the submission did not complete". A
+TrainJob of its own that appears after all is bound to the directory as usual and shows that
+end.
 
 The grace period must be well past what a submission may take (two creates, each at most
 aviflow-api's ``apiTimeout``): ten minutes by default.
@@ -18,9 +20,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+from aviflow.k8s import manifests as m
 from aviflow.lifecycle import Lifecycle, Lost, Policy
 from aviflow.operator._binding import BINDING
-from aviflow.operator._informer import Informer
+from aviflow.operator._informer import Informer, Obj
 from aviflow.store import RunDir, RunStore, read_json
 
 log = logging.getLogger("aviflow.operator")
@@ -30,18 +33,19 @@ SUBMISSION_GRACE = 600.0
 class Submissions:
     """The pending submissions of one controller's namespaces.
 
-    ``trainjobs``: each namespace's TrainJob informer; ``exists(namespace, name)``: whether the
-    API server has the TrainJob; ``guard()``: raises unless this controller may write."""
+    ``trainjobs``: each namespace's TrainJob informer; ``fetch(namespace, name)``: the
+    TrainJob as the API server has it, or None; ``guard()``: raises unless this controller may
+    write."""
 
     def __init__(
         self,
         store: RunStore,
         trainjobs: Mapping[str, Informer],
-        exists: Callable[[str, str], bool],
+        fetch: Callable[[str, str], Obj | None],
         guard: Callable[[], None],
         grace: float = SUBMISSION_GRACE,
     ) -> None:
-        self.store, self.trainjobs, self.exists, self.guard = store, trainjobs, exists, guard
+        self.store, self.trainjobs, self.fetch, self.guard = store, trainjobs, fetch, guard
         self.grace = grace
 
     def sweep(self, now: float) -> list[str]:
@@ -70,12 +74,22 @@ class Submissions:
         if read_json(run.path / BINDING, None) is not None or run.events().items:
             self.store.settle(job_id)  # bound, or its end recorded already
             return False
-        if informer.get(ns, job_id) is not None or self.exists(ns, job_id):
-            return False  # its reconcile binds it (or refuses it)
+        found = informer.get(ns, job_id) or self.fetch(ns, job_id)
+        token = run.submission_token()
+        theirs = ((found or {}).get("metadata", {}).get("annotations") or {}).get(
+            m.ANNOTATION_SUBMISSION
+        )
+        if found is not None and (token is None or theirs == token):
+            return False  # its own TrainJob: its reconcile binds it
+        what = (
+            f"none named {job_id} in {ns} {now - meta.submitted:.0f} s after its run "
+            "directory was written"
+            if found is None
+            else f"the TrainJob named {job_id} in {ns} is another one"
+        )
         why = (
-            f"the submission did not complete: its TrainJob was never created (none named "
-            f"{job_id} in {ns} {now - meta.submitted:.0f} s after its run directory was "
-            "written); submit the job again"
+            f"the submission did not complete: its TrainJob was never created ({what}); "
+            "submit the job again"
         )
         lc = Lifecycle.from_events(Policy.from_spec(run.spec().spec, readmit=True), [])
         queued = lc.submitted(meta.submitted, "submitted")

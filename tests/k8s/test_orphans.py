@@ -181,6 +181,44 @@ def test_a_submission_cut_short_after_its_directory_fails_and_leaves_the_queue(
     assert jobs.split() == []
 
 
+def test_a_trainjob_taking_the_name_of_a_submission_cut_short_gets_nothing(
+    idle_pool: Pool,
+) -> None:
+    pool = idle_pool
+    b = backend(pool)
+    Edge(b.api, "killed")
+    with pytest.raises(SystemExit):
+        b.submit(JOB, build_bundle(JOB), ALICE)
+    [job_id] = b.list_ids()
+    # someone applies a TrainJob of that name: not alice's job, so neither her directory nor
+    # her identity; and alice's job, whose own TrainJob can never be made now, fails
+    squatter = {
+        "apiVersion": "aviflow.dev/v1",
+        "kind": "TrainJob",
+        "metadata": {"name": job_id, "namespace": pool.namespace},
+        "spec": {"script": "print('mine')"},
+    }
+    pool.cluster.kubectl("create", "-f", "-", input=json.dumps(squatter))
+    pool.start_controller(resync=1, submission_grace=3)
+    cr = wait_for(
+        lambda: ([c for c in trainjobs(pool) if c.get("status")] or [None])[0], 30, "its refusal"
+    )
+    assert (cr["status"]["state"], cr["status"]["message"]) == (
+        "FAILED",
+        f"job id {job_id!r} belongs to another job in the run store",
+    )
+    status = wait_for(
+        lambda: (s := b.status(job_id)).state.is_finished() and s, 30, "the submission failed"
+    )
+    assert (status.state, status.message) == (
+        JobState.FAILED,
+        "the submission did not complete: its TrainJob was never created (the TrainJob named "
+        f"{job_id} in {pool.namespace} is another one); submit the job again",
+    )
+    assert b.meta(job_id).user == "alice" and b.list_ids() == [job_id]
+    assert not (b.run_dir(job_id).path / "k8s.json").exists()  # bound to nothing
+
+
 def test_a_retry_with_the_same_key_returns_the_same_job(idle_pool: Pool) -> None:
     pool = idle_pool
     pool.start_controller()
