@@ -46,7 +46,7 @@ class StoreReads:
             return None
         run = RunDir(path)
         meta = run.meta()
-        if (meta.user, meta.team, meta.backend) != (owner.user, owner.team, self.name):
+        if (meta.user, meta.backend) != (owner.user, self.name):
             raise BackendError(f"job id {job_id!r} is another job's: submit without it")
         return run
 

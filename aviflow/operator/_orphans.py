@@ -56,8 +56,11 @@ class Submissions:
             if now - marked < self.grace:
                 break  # oldest first: the rest are younger
             self.guard()
-            if self._settle(job_id, now):
-                failed.append(job_id)
+            try:
+                if self._settle(job_id, now):
+                    failed.append(job_id)
+            except Exception as exc:  # one job's trouble never holds the others; next resync
+                log.warning("pending submission %s not settled: %r", job_id, exc)
         return failed
 
     def _settle(self, job_id: str, now: float) -> bool:
