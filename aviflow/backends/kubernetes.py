@@ -337,12 +337,13 @@ class KubernetesBackend(StoreReads, Backend):
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """The TrainJob, its Service (and NetworkPolicy) and attempt 1's Job, with
-        placeholders for what only submission decides (the id, the TrainJob's uid)."""
+        placeholders for what only submission decides (the id, the TrainJob's uid, the
+        submission token)."""
         user, settings = getpass.getuser(), self.settings.for_queue(job.spec.queue)
         ref = m.JobRef(f"{job.slug}-<id>", "<uid>", slugify(user), None)
         policy = [m.network_policy(ref, settings)] if settings.network_policy else []
         return [
-            m.trainjob(job, ref, user, settings),
+            m.trainjob(job, ref, user, settings, submission="<token>"),
             m.service(ref, settings),
             *policy,
             m.attempt_job(job, ref, 1, settings, deadline_seconds=job.spec.time_limit_seconds),
