@@ -158,9 +158,9 @@ class KubernetesBackend(StoreReads, Backend):
                     submission=secrets.token_urlsafe(24),
                 )
             except FileExistsError:  # the same id, being written by a request like this one
-                raise BackendError(
-                    f"job {job_id} is being submitted by another request; try again in a "
-                    "few seconds"
+                raise BackendUnavailable(
+                    f"job {job_id} is being submitted by another request (an earlier try of "
+                    "this one?); try again in a few seconds"
                 ) from None
         elif run.events().items or run.status().state.is_finished():
             return run.id  # the controller has taken it up (or recorded that it never came)

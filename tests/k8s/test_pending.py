@@ -1,6 +1,6 @@
-"""The controller's sweep of pending submissions, pure: a temporary run store, the TrainJobs
-the cache and the API server have given as dicts (``tests/k8s/test_orphans.py`` does it on the
-test control plane)."""
+"""Pending submissions, pure: the controller's sweep over a temporary run store, the TrainJobs
+the cache and the API server have given as dicts; a second request for a job id being written
+(``tests/k8s/test_orphans.py`` has the rest, on the test control plane)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from aviflow.backends.kubernetes import KubernetesBackend
+from aviflow.bundle import build_bundle
+from aviflow.errors import BackendUnavailable
 from aviflow.operator._orphans import Submissions
-from aviflow.records import EventType, JobState
+from aviflow.records import EventType, JobState, Owner
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
 
@@ -82,3 +87,12 @@ def test_only_old_submissions_without_their_own_trainjob_fail(tmp_path: Path) ->
     left = {job_id for job_id, _ in store.pending()}
     assert left == {young.id, cached.id, behind.id, elsewhere.id, broken.id}
     assert sweep.sweep(NOW) == []
+
+
+def test_a_job_id_another_request_is_writing_is_a_503_to_try_again(tmp_path: Path) -> None:
+    b = KubernetesBackend.from_config({"image": "trainer:1", "runs": {"localPath": str(tmp_path)}})
+    b.store.index_dir.mkdir(parents=True)
+    os.symlink("../alice/p-0000beef", b.store.index_dir / "p-0000beef")  # reserved just now
+    with pytest.raises(BackendUnavailable, match="p-0000beef is being submitted by another"):
+        b.submit(JOB, build_bundle(JOB), Owner("alice"), job_id="p-0000beef")
+    assert b.list_ids() == [] and b.store.pending() == []  # no API server was asked
