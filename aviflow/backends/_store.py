@@ -8,8 +8,9 @@ implements ``submit``, ``status`` and ``cancel``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
-from aviflow.errors import RequestError
+from aviflow.errors import BackendError, RequestError
 from aviflow.records import (
     MAX_PAGE_ROWS,
     PAGE_BYTES,
@@ -21,6 +22,7 @@ from aviflow.records import (
     JobMeta,
     LogChunk,
     MetricRow,
+    Owner,
 )
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
@@ -35,6 +37,7 @@ class StoreReads:
     """Reads of :class:`~aviflow.backends.base.Backend` through ``self.store``."""
 
     store: RunStore
+    name: ClassVar[str]
 
     def run_dir(self, job_id: str) -> RunDir:
         """The job's run-store directory (raises JobNotFound)."""
@@ -42,6 +45,18 @@ class StoreReads:
 
     def list_ids(self, newest: int | None = None) -> list[str]:
         return self.store.ids(newest)
+
+    def submitted_before(self, job_id: str, owner: Owner) -> RunDir | None:
+        """The directory of job ``job_id`` if ``owner`` submitted it to this backend before
+        (a retried submission), None if there is none; another's is a BackendError."""
+        path = self.store.locate(self.store.check_id(job_id))
+        if path is None:
+            return None
+        run = RunDir(path)
+        meta = run.meta()
+        if (meta.user, meta.backend) != (owner.user, self.name):
+            raise BackendError(f"job id {job_id!r} is another job's: submit without it")
+        return run
 
     def spec(self, job_id: str) -> TrainJob:
         return self.run_dir(job_id).spec()

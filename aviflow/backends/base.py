@@ -6,7 +6,7 @@ running job and answers questions about it, in typed records
 whole set:
 
 Required (abstract)
-    ``submit(job, bundle, owner) -> id``, ``status(id) -> JobStatus`` (a plain read: it never
+    ``submit(job, bundle, owner, job_id=) -> id``, ``status(id) -> JobStatus`` (a plain read: it never
     changes anything), ``cancel(id) -> bool``, ``list_ids()``, and the reads ``spec``,
     ``meta``, ``events(id, since=, limit=)``, ``metrics(id, since=, after_step=, limit=)``,
     ``ranks``, ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends
@@ -86,9 +86,21 @@ class Backend(ABC):
 
     # -- required --------------------------------------------------------------------------------
     @abstractmethod
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
         """Record and start (or queue) the job for ``owner`` (default: this process's user);
-        return its id. Raise before writing anything when the job can never run here."""
+        return its id. Raise before writing anything when the job can never run here.
+
+        ``job_id``: the id the caller chose (:func:`aviflow.store.new_job_id`), so that a
+        retry cannot make a second job: submitting again with the id of a job the same
+        owner submitted before completes that submission if it had not completed, and
+        returns the id. A backend that chooses ids itself refuses one (BackendError)."""
 
     @abstractmethod
     def status(self, job_id: str) -> JobStatus:

@@ -7,6 +7,9 @@ the user's identity, team and queue. Every read is one request and incremental w
 data grows (events, metrics, logs; events and metrics one page a request, as the service
 answers them); a job's spec and meta never change and are fetched once.
 Errors come back as the class the service raised (:func:`aviflow.errors.from_wire`).
+A submission carries a fresh ``Idempotency-Key`` and is sent again with it when aviflow-api
+could not be reached or did not answer (:data:`SUBMIT_TRIES` in all), so a lost answer never
+makes a second job.
 
 Checkpoints are read where the notebook mounts the run store: ``$AVIFLOW_RUNS_MOUNT``.
 
@@ -21,6 +24,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,9 @@ USER_ENV = "JUPYTERHUB_USER"  # the hub user a spawned notebook server belongs t
 RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
 CANCEL_WAIT = 180.0  # seconds cancel() reads the status for the end (a cluster may take 120)
 CANCEL_POLL = 0.5
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+SUBMIT_TRIES = 3
+SUBMIT_PAUSE = 2.0  # seconds before the second try; twice that before the third
 
 
 class HubBackend(Backend):
@@ -86,13 +93,22 @@ class HubBackend(Backend):
 
     # -- transport -------------------------------------------------------------------------------
     def request(
-        self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """One request; a refusal is raised as the error class the service sent."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
         url = self.base + path + (("?" + urlencode(params)) if params else "")
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"token {self.token}", "Accept": "application/json"}
+        headers = {
+            **(headers or {}),
+            "Authorization": f"token {self.token}",
+            "Accept": "application/json",
+        }
         if data is not None:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
@@ -124,8 +140,17 @@ class HubBackend(Backend):
         return self.request("GET", path, query=query)
 
     # -- the interface ---------------------------------------------------------------------------
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
         """Submit through the service; the owner is the token's user (``owner`` is ignored)."""
+        if job_id is not None:
+            raise BackendError("aviflow-api chooses job ids: submit without one")
         payload = {
             "spec": job.to_dict(),
             "bundle": {
@@ -135,7 +160,13 @@ class HubBackend(Backend):
                 "origin": bundle.origin,
             },
         }
-        return str(self.request("POST", "jobs", payload)["id"])
+        key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}  # a retry is the same submission
+        for attempt in range(1, SUBMIT_TRIES):
+            try:
+                return str(self.request("POST", "jobs", payload, headers=key)["id"])
+            except BackendUnavailable:
+                time.sleep(SUBMIT_PAUSE * attempt)
+        return str(self.request("POST", "jobs", payload, headers=key)["id"])
 
     def status(self, job_id: str) -> JobStatus:
         return JobStatus.from_dict(self._job(job_id, "status"))

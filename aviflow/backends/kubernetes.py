@@ -1,9 +1,23 @@
 """``KubernetesBackend``: jobs are TrainJob resources on a cluster with Kueue.
 
-``submit`` writes the job's directory in the shared run store (spec, code bundle, meta),
-then creates the TrainJob named by the job's id; the controller (``python -m
-aviflow.operator``) does the rest and is the only writer of the job's events. A TrainJob the
-API server refuses leaves nothing behind (the directory is removed). Reads come from the
+``submit`` writes the job's directory in the shared run store (spec, code bundle, meta with
+its owner, and a random submission token, all in its control part; the job marked pending),
+then creates the TrainJob named by the job's id and carrying the token (annotation
+``aviflow.dev/submission``); the controller (``python -m aviflow.operator``) binds the
+directory only to a TrainJob with that token, does the rest and is the only writer of the
+job's events. Submission is idempotent:
+
+- a TrainJob the API server refuses leaves nothing behind (the directory is removed), and so
+  does a create that never reached it (the connection was refused);
+- a create whose answer is lost (a timeout, a broken connection, a 5xx) is sent again: a
+  ``409`` for a TrainJob carrying this token means the first went through (success); when
+  no answer comes at all, the directory stays (its TrainJob may exist) and the error says
+  so: the controller takes the job up if the TrainJob appears, and marks it FAILED ("the
+  submission did not complete") after its grace period if not;
+- ``job_id`` (chosen by the caller: aviflow-api's ``Idempotency-Key``) makes a retry complete
+  the same job instead of making a second one.
+
+Reads come from the
 run store as with the local backend (metrics, per-rank logs and checkpoints are written
 there by the pods); ``request_cancel`` asks the controller through the TrainJob's
 ``aviflow.dev/cancel`` annotation, and ``cancel`` then waits until the job has ended.
@@ -23,6 +37,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,20 +46,23 @@ from typing import Any
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
-from aviflow.errors import AviflowError, BackendError
+from aviflow.errors import AviflowError, BackendError, BackendUnavailable
 from aviflow.k8s import manifests as m
-from aviflow.k8s.client import api_client, unreachable
+from aviflow.k8s.client import api_client, may_have_arrived, unreachable
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads, queue_quota
 from aviflow.k8s.settings import ApiTimeout, ClusterSettings
 from aviflow.names import slugify
 from aviflow.records import JobStatus, Owner, QueueQuota, TrainerImage
 from aviflow.spec import TrainJob
-from aviflow.store import RunStore
+from aviflow.store import RunDir, RunStore
 
 CONFIG_ENV = "AVIFLOW_K8S_CONFIG"
 RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
 CANCEL_WAIT = 120.0
+CREATE_TRIES = 2  # a create whose answer was lost is sent once more: its 409 tells
+RETRY_PAUSE = 0.5
+RETRIED = (429, 500, 502, 503, 504)  # answers that do not say the TrainJob was not made
 
 
 class KubernetesBackend(StoreReads, Backend):
@@ -109,40 +127,117 @@ class KubernetesBackend(StoreReads, Backend):
         return client.CustomObjectsApi(self.api)
 
     # -- the interface ---------------------------------------------------------------------------
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
-        from kubernetes.client.exceptions import ApiException
-
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
+        """Write the job's directory (its owner and a submission token in its control part,
+        marked pending), then create its TrainJob carrying the token; see the module
+        docstring for what a lost answer, a refusal and a retry do."""
         owner = owner or Owner(getpass.getuser())
         settings = self.settings.for_queue(job.spec.queue)  # the queue's team's namespace
-        job, image = settings.pin_image(job)
-        custom = self._custom()
-        run = self.store.create(
-            job,
-            bundle.store_files(),
-            owner.user,
-            team=owner.team,
-            backend=self.name,
-            code_hash=bundle.content_hash,
-            origin={**bundle.origin, "namespace": settings.namespace},
-            image=image,
-            owner_ids=self.settings.pod_ids(),
-        )
-        ref = m.JobRef(run.id, "", run.path.parent.name, owner.team)
-        body = m.trainjob(job, ref, owner.user, settings)
+        run = self.submitted_before(job_id, owner) if job_id is not None else None
+        if run is None:
+            pinned, image = settings.pin_image(job)
+            try:
+                run = self.store.create(
+                    pinned,
+                    bundle.store_files(),
+                    owner.user,
+                    team=owner.team,
+                    backend=self.name,
+                    code_hash=bundle.content_hash,
+                    origin={**bundle.origin, "namespace": settings.namespace},
+                    job_id=job_id,
+                    image=image,
+                    owner_ids=self.settings.pod_ids(),
+                    submission=secrets.token_urlsafe(24),
+                )
+            except FileExistsError:  # the same id, being written by a request like this one
+                raise BackendUnavailable(
+                    f"job {job_id} is being submitted by another request (an earlier try of "
+                    "this one?); try again in a few seconds"
+                ) from None
+        elif run.events().items or run.status().state.is_finished():
+            return run.id  # the controller has taken it up (or recorded that it never came)
+        self._create_trainjob(run)
+        return run.id
+
+    def _create_trainjob(self, run: RunDir) -> None:
+        """Create the TrainJob of ``run`` (its spec and owner as its directory records them).
+        A create whose answer is lost is sent again: a 409 for a TrainJob with this
+        submission's token is this submission's (done); one without it holds the name, so
+        this one can never be created (the directory goes). A refusal removes the directory;
+        a request that may have reached the API server, unanswered, leaves it (pending: the
+        controller takes it up, or fails it after its grace period)."""
+        from kubernetes.client.exceptions import ApiException
+
+        job, meta, token = run.spec(), run.meta(), run.submission_token()
+        namespace = str(meta.origin.get("namespace") or self.settings.namespace)
+        settings = self.settings.in_namespace(namespace)
+        ref = m.JobRef(run.id, "", run.path.parent.name, meta.team)
+        body = m.trainjob(job, ref, meta.user, settings, submission=token)
+        what = f"submitting {job.metadata.name!r}"
+        custom, sent, error = self._custom(), False, None
+        for attempt in range(CREATE_TRIES):
+            if attempt:
+                time.sleep(RETRY_PAUSE)
+            try:
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+                return
+            except ApiException as exc:
+                if exc.status == 409:
+                    self._check_ours(run, namespace, token, what)
+                    return
+                if exc.status not in RETRIED:  # the API server refused it: nothing was made
+                    self.store.remove(run.id)
+                    raise BackendError(
+                        f"the cluster refused {job.metadata.name!r}: {_reason(exc)}"
+                    ) from None
+                sent = True
+                error = BackendUnavailable(f"{what}: the API server answered {_reason(exc)}")
+            except Exception as exc:
+                error = unreachable(exc, what, self._api)
+                if error is None:
+                    raise  # not the network's: the directory stays (pending) to be settled
+                sent = sent or may_have_arrived(exc)
+        assert error is not None
+        if not sent:  # no request reached the API server
+            self.store.remove(run.id)
+            raise error
+        raise BackendUnavailable(
+            f"{error} Job {run.id} is recorded, and its TrainJob may have been created: the "
+            "controller takes it up if it was, and marks it failed ('the submission did not "
+            "complete') after its grace period if it was not. Submitting again with the same "
+            "Idempotency-Key (aviflow-api) settles it at once."
+        ) from None
+
+    def _check_ours(self, run: RunDir, namespace: str, token: str | None, what: str) -> None:
+        """A TrainJob named like ``run`` exists: done if it carries ``run``'s token."""
+        from kubernetes.client.exceptions import ApiException
+
         try:
-            with self._calling(f"submitting {job.metadata.name!r}"):
-                custom.create_namespaced_custom_object(
-                    GROUP, VERSION, settings.namespace, PLURAL, body
+            with self._calling(what):
+                found = self._custom().get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, run.id
                 )
         except ApiException as exc:
-            self.store.remove(run.id)
-            raise BackendError(
-                f"the cluster refused {job.metadata.name!r}: {_reason(exc)}"
+            raise BackendUnavailable(
+                f"{what}: the TrainJob {run.id} exists, but reading it failed: {_reason(exc)}; "
+                "try again"
             ) from None
-        except BaseException:
-            self.store.remove(run.id)
-            raise
-        return run.id
+        annotations = (found.get("metadata") or {}).get("annotations") or {}
+        if token is not None and annotations.get(m.ANNOTATION_SUBMISSION) == token:
+            return  # ours: an earlier create went through, its answer lost
+        self.store.remove(run.id)  # the name is another TrainJob's: ours can never be made
+        raise BackendError(
+            f"{what}: the cluster has another TrainJob named {run.id} in {namespace}; submit "
+            "again (without this job id)"
+        )
 
     def status(self, job_id: str) -> JobStatus:
         return self.run_dir(job_id).status()
@@ -242,12 +337,13 @@ class KubernetesBackend(StoreReads, Backend):
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """The TrainJob, its Service (and NetworkPolicy) and attempt 1's Job, with
-        placeholders for what only submission decides (the id, the TrainJob's uid)."""
+        placeholders for what only submission decides (the id, the TrainJob's uid, the
+        submission token)."""
         user, settings = getpass.getuser(), self.settings.for_queue(job.spec.queue)
         ref = m.JobRef(f"{job.slug}-<id>", "<uid>", slugify(user), None)
         policy = [m.network_policy(ref, settings)] if settings.network_policy else []
         return [
-            m.trainjob(job, ref, user, settings),
+            m.trainjob(job, ref, user, settings, submission="<token>"),
             m.service(ref, settings),
             *policy,
             m.attempt_job(job, ref, 1, settings, deadline_seconds=job.spec.time_limit_seconds),

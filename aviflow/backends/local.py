@@ -166,8 +166,19 @@ class LocalBackend(StoreReads, Backend):
         """One: this machine's Python, which every job of this backend runs in."""
         return [this_python()]
 
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
+        """Record the job and start its supervisor. With a ``job_id`` this owner submitted
+        before, that job's id (a supervisor that died is reaped by :meth:`reconcile`)."""
         owner = owner or Owner(getpass.getuser())
+        if job_id is not None and self.submitted_before(job_id, owner) is not None:
+            return job_id
         if job.spec.secrets:
             raise BackendError(
                 f"spec.secrets ({', '.join(job.spec.secrets)}) are Kubernetes Secrets of the "
@@ -197,6 +208,7 @@ class LocalBackend(StoreReads, Backend):
             code_hash=bundle.content_hash,
             origin=bundle.origin,
             image=image,
+            job_id=job_id,
         )
         step = Lifecycle(Policy.from_spec(job.spec)).submitted(time.time(), "waiting for GPU slots")
         run.record(step.events, step.lifecycle.status())

@@ -5,7 +5,9 @@ call made through the client that names no ``_request_timeout`` of its own that 
 retries a call only when the connection could not be made (once): a call to an API server
 that stops answering fails after ``connect`` (twice) plus ``read`` seconds, never later.
 :func:`unreachable` turns what the client raises then into a
-:class:`~aviflow.errors.BackendUnavailable` (HTTP 503 in aviflow-api).
+:class:`~aviflow.errors.BackendUnavailable` (HTTP 503 in aviflow-api); :func:`may_have_arrived`
+says whether the request may have reached the API server all the same (a create whose answer
+was lost may have been applied).
 """
 
 from __future__ import annotations
@@ -108,3 +110,21 @@ def unreachable(exc: BaseException, what: str, api: Any) -> BackendUnavailable |
         "If it goes on, ask an admin to check the API server and the network to it (the "
         "kubernetes settings' apiTimeout: how long a call may wait)"
     )
+
+
+def may_have_arrived(exc: BaseException) -> bool:
+    """False only when ``exc`` says the request was never sent: the connection was refused
+    or not made in time. A request whose answer did not come, or whose connection broke
+    after it was sent, may have been applied.
+
+    >>> import urllib3
+    >>> may_have_arrived(urllib3.exceptions.NewConnectionError(None, "refused"))
+    False
+    >>> may_have_arrived(urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"))
+    True
+    """
+    import urllib3
+
+    errors = urllib3.exceptions
+    reason = getattr(exc, "reason", None) or exc  # MaxRetryError: what the last try hit
+    return not isinstance(reason, errors.NewConnectionError | errors.ConnectTimeoutError)

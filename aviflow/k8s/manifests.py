@@ -43,6 +43,8 @@ LABEL_TEAM: Final = f"{PREFIX}/team"
 ANNOTATION_NAME: Final = f"{PREFIX}/name"
 ANNOTATION_USER: Final = f"{PREFIX}/user"
 ANNOTATION_CANCEL: Final = f"{PREFIX}/cancel"
+# the token of the submission that created the TrainJob (in its run directory's control part)
+ANNOTATION_SUBMISSION: Final = f"{PREFIX}/submission"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "aviflow"}
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
@@ -109,9 +111,19 @@ def owner_reference(ref: JobRef) -> dict[str, Any]:
     }
 
 
-def trainjob(job: TrainJob, ref: JobRef, user: str, settings: ClusterSettings) -> dict[str, Any]:
-    """The TrainJob custom resource for ``job`` as ``user`` submits it (``ref.uid`` unused)."""
+def trainjob(
+    job: TrainJob,
+    ref: JobRef,
+    user: str,
+    settings: ClusterSettings,
+    submission: str | None = None,
+) -> dict[str, Any]:
+    """The TrainJob custom resource for ``job`` as ``user`` submits it (``ref.uid`` unused);
+    ``submission``: the token of its run directory, which the controller binds it by."""
     body = job.to_dict()
+    annotations = {ANNOTATION_NAME: job.metadata.name, ANNOTATION_USER: user}
+    if submission is not None:
+        annotations[ANNOTATION_SUBMISSION] = submission
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -119,7 +131,7 @@ def trainjob(job: TrainJob, ref: JobRef, user: str, settings: ClusterSettings) -
             "name": ref.id,
             "namespace": settings.namespace,
             "labels": {**MANAGED_BY, **job.metadata.labels, **labels(ref, user)},
-            "annotations": {ANNOTATION_NAME: job.metadata.name, ANNOTATION_USER: user},
+            "annotations": annotations,
         },
         "spec": body["spec"],
     }

@@ -26,6 +26,7 @@ from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator import _health
 from aviflow.operator._controller import Controller
 from aviflow.operator._leader import LEASE, Leadership, Timing
+from aviflow.operator._orphans import SUBMISSION_GRACE
 from aviflow.store import RunStore
 
 # A new TrainJob's first reconcile is a few API calls in a row (its Service, NetworkPolicy,
@@ -49,7 +50,19 @@ def main(argv: list[str] | None = None) -> int:
         help="reconciles at once (each mostly waits on the API server)",
     )
     parser.add_argument("--tick", type=float, default=1.0, help="seconds between time checks")
-    parser.add_argument("--resync", type=float, default=30.0, help="seconds between relists")
+    parser.add_argument(
+        "--resync",
+        type=float,
+        default=30.0,
+        help="seconds between resyncs (each cached object handed back; pending submissions read)",
+    )
+    parser.add_argument(
+        "--submission-grace",
+        type=float,
+        default=SUBMISSION_GRACE,
+        help="seconds after which a run directory whose TrainJob was never created is failed "
+        "(longer than aviflow-api's submit may take: two creates of apiTimeout each)",
+    )
     lease = Timing()
     parser.add_argument(
         "--no-leader-elect",
@@ -99,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         tick=ns.tick,
         resync=ns.resync,
         fence=leader.holds if leader else None,
+        submission_grace=ns.submission_grace,
     )
     if ns.health_port is not None:
         try:

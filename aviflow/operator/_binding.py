@@ -4,12 +4,22 @@ kubectl (owner ``kubectl:<username>`` from its ``aviflow.dev/user`` annotation, 
 whose LocalQueue it names). An id that belongs to another job, a name that cannot
 be a job id, a spec that needs code shipped with it, or a ``resumeFrom`` of a job that is
 neither its owner's nor its team's (:func:`resume_refusal`) is refused through ``refuse``.
+
+A directory aviflow-api wrote is bound only to the TrainJob that carries its submission token
+(annotation ``aviflow.dev/submission``), which nobody else can know: no TrainJob can take over
+a directory whose own TrainJob was never made. A TrainJob that carries a token (aviflow-api
+made it, after its directory) or was driven before, and has no directory, is refused, never
+adopted: its ``aviflow.dev/user`` names a hub user, and adopting it would make it
+``kubectl:<that name>``, another identity.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +35,9 @@ Obj = dict[str, Any]
 BINDING = "k8s.json"  # in the run dir: which TrainJob (namespace, uid) drives it
 # <id>-a<attempt>-<index> is a pod hostname (at most 63): room for 3-digit attempts and indexes
 MAX_NAME = 52
+# seconds a TrainJob of aviflow-api's may wait to see its directory (written before it, but a
+# shared file system's client may cache that a name was not there) before it is refused
+MISSING_GRACE = 30.0
 
 
 class Binder:
@@ -65,13 +78,19 @@ class Binder:
             return None
         path = self.store.locate(name)
         if path is None:
-            return self.adopt(cr)
+            return self._without_directory(cr)
         run = RunDir(path)
         binding = read_json(run.path / BINDING, None)
         mine = {"namespace": meta["namespace"], "uid": meta["uid"]}
         if binding is None:
             owner = run.meta()
-            if owner.backend != "kubernetes" or owner.origin.get("namespace") != meta["namespace"]:
+            token = run.submission_token()
+            theirs = (meta.get("annotations") or {}).get(m.ANNOTATION_SUBMISSION)
+            if (
+                owner.backend != "kubernetes"
+                or owner.origin.get("namespace") != meta["namespace"]
+                or (token is not None and theirs != token)  # None: made before tokens
+            ):
                 self.refuse(cr, f"job id {name!r} belongs to another job in the run store")
                 return None
             refusal = resume_refusal(self.store, run.spec(), owner.user, owner.team)
@@ -79,11 +98,31 @@ class Binder:
                 self.refuse(cr, refusal)
                 return None
             atomic_write(run.path / BINDING, json.dumps(mine))
+            self.store.settle(name)
             return run
         if binding != mine:
             self.refuse(cr, f"job id {name!r} belongs to another TrainJob")
             return None
         return run
+
+    def _without_directory(self, cr: Obj) -> RunDir | None:
+        """A TrainJob whose id has no directory: adopted if kubectl made it, else refused
+        (see the module docstring); None while one of aviflow-api's is young enough that
+        its directory may not show here yet."""
+        meta = cr["metadata"]
+        submitted = m.ANNOTATION_SUBMISSION in (meta.get("annotations") or {})
+        driven = bool((cr.get("status") or {}).get("state"))
+        if not (submitted or driven):
+            return self.adopt(cr)
+        if not driven and _age(meta.get("creationTimestamp")) < MISSING_GRACE:
+            return None  # queued again by the ticker
+        self.refuse(
+            cr,
+            f"job {meta['name']}'s run directory is not in the run store (its submission did "
+            "not complete, or the directory was removed): nothing runs; delete the TrainJob "
+            "and submit the job again",
+        )
+        return None
 
     def adopt(self, cr: Obj) -> RunDir | None:
         """A TrainJob created directly (kubectl): give it a run directory of its namespace."""
@@ -145,6 +184,18 @@ class Binder:
             run.path / BINDING, json.dumps({"namespace": meta["namespace"], "uid": meta["uid"]})
         )
         return run
+
+
+def _age(stamp: object) -> float:
+    """Seconds since a Kubernetes timestamp (``2024-05-01T12:00:00Z``); none is old.
+
+    >>> _age(None), _age("2024-05-01T12:00:00Z") > 0
+    (inf, True)
+    """
+    try:
+        return time.time() - datetime.fromisoformat(str(stamp)).timestamp()
+    except ValueError:
+        return math.inf
 
 
 def kubectl_owner(namespace: str, requester: object) -> str:

@@ -6,8 +6,14 @@ from its events in the run store, compares it with what the cluster shows
 (:mod:`._observe`), records the events that follow (the controller is their only writer)
 and makes the cluster match: the headless Service and the next attempt's Job while queued,
 the Job stopped when the lifecycle says so, nothing left after a cancel. Every active job is
-also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers relist
-every ``resync`` seconds. A job is never reconciled by two workers at once.
+also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers hand
+every cached object back every ``resync`` seconds (from their caches). A job is never
+reconciled by two workers at once. A TrainJob whose status is final costs nothing more: it is
+neither queued nor read again (its attempts' Jobs go after their ``ttlSecondsAfterFinished``).
+
+Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
+never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a
+TrainJob with no directory is adopted only when kubectl made it (:mod:`._binding`).
 
 With a ``fence`` (the leadership's :meth:`~aviflow.operator._leader.Leadership.holds`),
 every write (an event, a status, a Kubernetes object) first checks that this controller
@@ -47,7 +53,8 @@ from aviflow.lifecycle import (
     Tick,
 )
 from aviflow.operator._binding import Binder
-from aviflow.operator._informer import Informer, Obj
+from aviflow.operator._cell import Cell, job_label
+from aviflow.operator._informer import Obj
 from aviflow.operator._observe import (
     AttemptJob,
     PodView,
@@ -56,6 +63,7 @@ from aviflow.operator._observe import (
     next_observation,
     queue_positions,
 )
+from aviflow.operator._orphans import SUBMISSION_GRACE, Submissions
 from aviflow.operator._workqueue import WorkQueue
 from aviflow.records import (
     CheckpointRef,
@@ -76,22 +84,11 @@ MAX_STEPS = 8
 POSITIONS_TTL = 1.0
 API_TIMEOUT = 30.0  # no call may hold a worker for ever
 DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
+FINAL = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
 
 
 class Deposed(Exception):
     """This controller no longer holds the lease: it writes nothing more."""
-
-
-def _job_label(obj: Obj) -> list[str]:
-    """Index of Jobs and Pods: the TrainJob they belong to."""
-    job_id = (obj["metadata"].get("labels") or {}).get(m.LABEL_JOB)
-    return [job_id] if job_id else []
-
-
-def _owner_jobs(obj: Obj) -> list[str]:
-    """Index of Workloads: the Job that owns them."""
-    name = owner_job(obj)
-    return [name] if name else []
 
 
 def _key(namespace: str, name: str) -> str:
@@ -99,58 +96,14 @@ def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-class _Cell:
-    """The informers of one jobs' namespace (TrainJobs, their Jobs, pods and Workloads)
-    and the settings the builders place objects there with."""
-
-    def __init__(self, ns: str, settings: ClusterSettings, ctl: Controller, resync: float) -> None:
-        self.ns, self.settings = ns, settings
-        selector = m.LABEL_JOB
-        self.trainjobs = Informer(
-            f"trainjobs/{ns}",
-            ctl.custom.list_namespaced_custom_object,
-            ctl._on_trainjob,
-            resync=resync,
-            group=GROUP,
-            version=VERSION,
-            namespace=ns,
-            plural=PLURAL,
-        )
-        self.jobs = Informer(
-            f"jobs/{ns}",
-            ctl.batch.list_namespaced_job,
-            ctl._on_child,
-            resync=resync,
-            index=_job_label,
-            namespace=ns,
-            label_selector=selector,
-        )
-        self.pods = Informer(
-            f"pods/{ns}",
-            ctl.core.list_namespaced_pod,
-            ctl._on_child,
-            resync=resync,
-            index=_job_label,
-            namespace=ns,
-            label_selector=selector,
-        )
-        self.workloads = Informer(
-            f"workloads/{ns}",
-            ctl.custom.list_namespaced_custom_object,
-            ctl._on_workload,
-            resync=resync,
-            index=_owner_jobs,
-            group="kueue.x-k8s.io",
-            version="v1beta2",
-            namespace=ns,
-            plural="workloads",
-        )
-        self.informers = [self.trainjobs, self.jobs, self.pods, self.workloads]
+def _final(cr: Obj) -> bool:
+    """The TrainJob's status is final: the controller wrote it last, after everything else."""
+    return (cr.get("status") or {}).get("state") in FINAL
 
 
 class Controller:
     """Reconciles the TrainJobs of every jobs' namespace of ``settings`` (see the module
-    docstring): one :class:`_Cell` of informers each, one work queue."""
+    docstring): one :class:`Cell` of informers each, one work queue."""
 
     def __init__(
         self,
@@ -163,8 +116,10 @@ class Controller:
         queued_tick: float = 5.0,
         resync: float = 30.0,
         fence: Callable[[], bool] | None = None,
+        submission_grace: float = SUBMISSION_GRACE,
     ) -> None:
         self.api, self.settings, self.store = api, settings, store
+        self.resync, self.submission_grace = resync, submission_grace
         self.fence = fence
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -176,12 +131,19 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._ticked: float | None = None  # when the ticker last went round (monotonic)
         self.cells = {
-            ns: _Cell(ns, settings.in_namespace(ns), self, resync)
+            ns: Cell(ns, settings.in_namespace(ns), self, resync)
             for ns in settings.job_namespaces()
         }
         self._informers = [i for cell in self.cells.values() for i in cell.informers]
         self._deleted: dict[str, Obj] = {}
         self.binder = Binder(store, self._refuse, self.settings, self._team_of)
+        self.submissions = Submissions(
+            store,
+            {ns: cell.trainjobs for ns, cell in self.cells.items()},
+            self._fetch_trainjob,
+            self._guard,
+            submission_grace,
+        )
         self._positions_lock = threading.Lock()
         self._position_cache: dict[tuple[str, str], tuple[float, dict[str, int]]] = {}
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
@@ -199,9 +161,10 @@ class Controller:
             t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        ticker = threading.Thread(target=self._tick_loop, name="ticker", daemon=True)
-        ticker.start()
-        self._threads.append(ticker)
+        for name, loop in (("ticker", self._tick_loop), ("submissions", self._sweep_loop)):
+            t = threading.Thread(target=loop, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
         log.info("aviflow controller: watching TrainJobs in %s", ", ".join(self.cells))
 
     def health(self, stall_after: float) -> list[str]:
@@ -241,10 +204,27 @@ class Controller:
                 last_queued = time.monotonic()
             for obj in (o for c in self.cells.values() for o in c.trainjobs.items()):
                 state = (obj.get("status") or {}).get("state")
-                if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                if state in FINAL:
                     continue
                 if queued or state not in ("QUEUED", None):
                     self.queue.put(_key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
+
+    def sweep_submissions(self) -> list[str]:
+        """Fail the pending submissions whose TrainJob never came (:mod:`._orphans`); the
+        ids failed."""
+        return self.submissions.sweep(time.time())
+
+    def _sweep_loop(self) -> None:
+        """:meth:`sweep_submissions` now, then every ``resync`` seconds."""
+        while True:
+            try:
+                self.sweep_submissions()
+            except Deposed:
+                log.warning("not settling submissions: this controller no longer leads")
+            except Exception:  # tried again at the next resync
+                log.exception("settling the pending submissions failed")
+            if self._stop.wait(self.resync):
+                return
 
     def _work(self) -> None:
         while True:
@@ -266,19 +246,21 @@ class Controller:
         meta = obj["metadata"]
         key = _key(meta["namespace"], meta["name"])
         if obj.get("deleted"):
-            self._deleted[key] = obj
             self._seen.pop(key, None)
             self._written.pop(meta.get("uid", ""), None)
-            self.queue.put(key)
+            if not _final(obj):  # a final one had its end recorded
+                self._deleted[key] = obj
+                self.queue.put(key)
             return
         cancel = (meta.get("annotations") or {}).get(m.ANNOTATION_CANCEL)
         seen = (meta.get("uid"), meta.get("generation"), cancel, meta.get("deletionTimestamp"))
         if self._seen.get(key) != seen:
             self._seen[key] = seen
-            self.queue.put(key)
+            if not _final(obj):
+                self.queue.put(key)
 
     def _on_child(self, obj: Obj) -> None:
-        for job_id in _job_label(obj):
+        for job_id in job_label(obj):
             self.queue.put(_key(obj["metadata"]["namespace"], job_id))
 
     def _on_workload(self, obj: Obj) -> None:
@@ -304,6 +286,8 @@ class Controller:
             if gone is not None:
                 self._record_deleted(gone)
             return
+        if _final(cr):
+            return  # ended, and recorded: a child's change or a resync costs this lookup only
         run = self.binder.run_dir(cr)
         if run is None:
             return
@@ -382,7 +366,7 @@ class Controller:
                 )  # fmt: skip
 
     # -- reads -----------------------------------------------------------------------------------
-    def _snapshot(self, cell: _Cell, job_id: str, job: TrainJob, run: RunDir) -> Snapshot:
+    def _snapshot(self, cell: Cell, job_id: str, job: TrainJob, run: RunDir) -> Snapshot:
         jobs: dict[int, AttemptJob] = {}
         names: dict[str, int] = {}
         for obj in cell.jobs.by(job_id):
@@ -401,7 +385,7 @@ class Controller:
                 beats[node] = beat
         return Snapshot(job.spec.nodes, jobs, pods, workloads, beats)
 
-    def _failure(self, cell: _Cell, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
+    def _failure(self, cell: Cell, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
         hung = run.hang(obs.attempt)
         if hung is not None:
             return hung
@@ -414,7 +398,7 @@ class Controller:
         tails = {r: node_logs.get(r // per_node, "") for r in ranks}
         return attribute(records, node_logs, obs.codes, per_node, tails)
 
-    def _pod_log(self, cell: _Cell, job_id: str, attempt: int, index: int) -> str:
+    def _pod_log(self, cell: Cell, job_id: str, attempt: int, index: int) -> str:
         for pod in cell.pods.by(job_id):
             view = PodView.of(pod)
             if (view.attempt, view.index) == (attempt, index):
@@ -433,7 +417,7 @@ class Controller:
     # -- writes ----------------------------------------------------------------------------------
     def _carry_out(
         self,
-        cell: _Cell,
+        cell: Cell,
         action: Action,
         job: TrainJob,
         ref: m.JobRef,
@@ -452,7 +436,7 @@ class Controller:
                 self._delete_job(cell.ns, m.attempt_name(ref.id, action.attempt))
 
     def _ensure_attempt(
-        self, cell: _Cell, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir
+        self, cell: Cell, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir
     ) -> None:
         attempt, settings = lc.attempt + 1, cell.settings
         if cell.jobs.get(cell.ns, m.attempt_name(ref.id, attempt)) is not None:
@@ -500,7 +484,7 @@ class Controller:
             if exc.status != 404:
                 raise
 
-    def _delete_children(self, cell: _Cell, job_id: str) -> None:
+    def _delete_children(self, cell: Cell, job_id: str) -> None:
         for obj in cell.jobs.by(job_id):
             if not obj["metadata"].get("deletionTimestamp"):
                 self._delete_job(cell.ns, obj["metadata"]["name"])
@@ -587,6 +571,18 @@ class Controller:
         if step.events:
             self._guard()
             run.record(step.events, step.lifecycle.status())
+
+    def _fetch_trainjob(self, namespace: str, name: str) -> Obj | None:
+        """The TrainJob as the API server has it (not the cache), or None."""
+        try:
+            found = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found if isinstance(found, dict) else None
 
     def _team_of(self, namespace: str, queue: str) -> str | None:
         """The team whose LocalQueue ``queue`` is (its ``aviflow.dev/team`` label), or None."""

@@ -1,14 +1,16 @@
 """``Informer``: a list+watch cache of one kind of object, with resync, on the ``kubernetes``
 client (the shape of client-go's informer, small).
 
-It lists (remembering the list's ``resourceVersion``), then watches from there; every change
-updates the cache and calls ``on_change(obj)``. A watch that ends is resumed from the last
-version seen; ``410 Gone`` (the version is too old) or any error relists; and every
-``resync`` seconds it relists anyway and calls ``on_change`` for every object, so a missed
-event (or a reconcile that failed) is made good within that time. Objects deleted between
-lists are reported once with ``obj["deleted"] = True``. An ``index`` (object -> keys, such as
-the TrainJob a Job belongs to) makes :meth:`Informer.by` cost the objects it returns, not the
-whole cache.
+It lists, in pages of ``page_size`` objects (``limit`` and ``continue``: the API server never
+builds one answer of every object), remembering the list's ``resourceVersion``, then watches
+from there; every change updates the cache and calls ``on_change(obj)``. A watch that ends is
+resumed from the last version seen; ``410 Gone`` (the version is too old) or any error
+relists. Every ``resync`` seconds it calls ``on_change`` for every cached object again, from
+the cache (as client-go's resync does: no request), so a reconcile that failed is tried again
+within that time; the caller makes that cheap for objects with nothing left to do. Objects
+deleted between lists are reported once with ``obj["deleted"] = True``. An ``index`` (object
+-> keys, such as the TrainJob a Job belongs to) makes :meth:`Informer.by` cost the objects it
+returns, not the whole cache.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ Obj = dict[str, Any]
 WATCH_SECONDS = 240
 RETRY_SECONDS = 1.0
 LIST_TIMEOUT = 60
+PAGE_SIZE = 500
 
 
 def key(obj: Obj) -> tuple[str, str]:
@@ -46,9 +49,11 @@ class Informer:
         *,
         resync: float = 30.0,
         index: Callable[[Obj], Iterable[str]] | None = None,
+        page_size: int = PAGE_SIZE,
         **kwargs: Any,
     ) -> None:
         self.name = name
+        self.page_size = page_size
         self._list = list_call
         self._kwargs = kwargs
         self._on_change = on_change
@@ -113,31 +118,62 @@ class Informer:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        version: str | None = None
+        resync_at = 0.0
         while not self._stop.is_set():
             try:
-                version = self._relist()
-                self._synced.set()
-                deadline = time.monotonic() + self._resync
-                while not self._stop.is_set() and time.monotonic() < deadline:
-                    version = self._watch_from(version, deadline)
+                if version is None:
+                    version = self._relist()
+                    self._synced.set()
+                    resync_at = time.monotonic() + self._resync
+                version = self._watch_from(version, resync_at)
+                if time.monotonic() >= resync_at:
+                    self._replay()
+                    resync_at = time.monotonic() + self._resync
             except ApiException as exc:
+                version = None
                 if self._stop.is_set():
                     return
                 if exc.status != 410:
                     log.warning("%s: %s %s; relisting", self.name, exc.status, exc.reason)
                     self._stop.wait(RETRY_SECONDS)
             except Exception as exc:  # the connection dropped, the server restarted...
+                version = None
                 if self._stop.is_set():
                     return
                 log.warning("%s: %r; relisting", self.name, exc)
                 self._stop.wait(RETRY_SECONDS)
 
-    def _relist(self) -> str:
+    def _replay(self) -> None:
+        """The resync: ``on_change`` for every cached object, from the cache."""
+        for obj in self.items():
+            if self._stop.is_set():
+                return
+            self._on_change(obj)
+
+    def _list_pages(self) -> tuple[list[Obj], str]:
+        """Every object, a page at a time, and the version of the list (one snapshot: a
+        ``continue`` that expired is a 410, and the list starts over)."""
         import json
 
-        resp = self._list(**self._kwargs, _preload_content=False, _request_timeout=LIST_TIMEOUT)
-        data = json.loads(resp.data)
-        fresh = {key(o): o for o in data.get("items", [])}
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            page: dict[str, Any] = {"limit": self.page_size}
+            if token is not None:
+                page["_continue"] = token
+            resp = self._list(
+                **self._kwargs, **page, _preload_content=False, _request_timeout=LIST_TIMEOUT
+            )
+            data = json.loads(resp.data)
+            items.extend(data.get("items") or [])
+            token = (data.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items, str(data["metadata"]["resourceVersion"])
+
+    def _relist(self) -> str:
+        items, version = self._list_pages()
+        fresh = {key(o): o for o in items}
         with self._lock:
             gone = [o for k, o in self._items.items() if k not in fresh]
             self._items, self._by = {}, {}
@@ -147,7 +183,7 @@ class Informer:
             self._on_change({**obj, "deleted": True})
         for obj in fresh.values():
             self._on_change(obj)
-        return str(data["metadata"]["resourceVersion"])
+        return version
 
     def _watch_from(self, version: str, deadline: float) -> str:
         self._watch = w = watch.Watch()

@@ -10,6 +10,7 @@ above it; no other module spells a file name of the store. The layout::
         events.jsonl                 control: append-only lifecycle Events (QUEUED, STARTING, ...)
         status.json                  control: the latest JobStatus, rewritten atomically
         hangs/attempt-<a>.json       control: the hang the driver declared
+        submission.json              control: the token its TrainJob carries (aviflow-api's)
         k8s.json, supervisor.{lock,json,log}, processes.json, cancel-requested
                                      control: the controller's binding; the local supervisor's
         code/                        the code snapshot (read-only in pods): MANIFEST.json
@@ -29,6 +30,7 @@ above it; no other module spells a file name of the store. The layout::
             work/                    the ranks' working directory
     <root>/.ids/<job-id>             a link to ../<user>/<job-id>: reserves the id store-wide
     <root>/.ids.jsonl                one line per created job, oldest first (listings read its end)
+    <root>/.pending/<job-id>         a job whose driver has yet to take it up (a TrainJob to create)
 
 ``<user>`` is the owner's name as a DNS-1123 label (:func:`aviflow.names.slugify`). Writers
 replace whole files with ``os.replace`` or append whole lines with one ``write``, so readers
@@ -91,7 +93,16 @@ from aviflow.store._rundir import (
     VARS_FILE,
     RunDir,
 )
-from aviflow.store._runstore import INDEX_DIR, INDEX_LOG, ROOT_ENV, RunStore, default_root, short_id
+from aviflow.store._runstore import (
+    INDEX_DIR,
+    INDEX_LOG,
+    PENDING_DIR,
+    ROOT_ENV,
+    RunStore,
+    default_root,
+    new_job_id,
+    short_id,
+)
 
 __all__ = [
     "CHECKPOINT_MARKER",
@@ -107,6 +118,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_TAIL_LINES",
     "MIN_RANK_LOG_CAP",
+    "PENDING_DIR",
     "ROOT_ENV",
     "RUNTIME_SPEC",
     "VARS_FILE",
@@ -120,6 +132,7 @@ __all__ = [
     "default_root",
     "job_log_cap",
     "metric_row",
+    "new_job_id",
     "rank_log_share",
     "read_json",
     "read_lines",

@@ -87,9 +87,9 @@ class RunDir:
     """Every path of one job's directory, and typed reads and writes of its records.
 
     The directory has three parts. The **control** part, at its top (``job.yaml``,
-    ``meta.json``, ``events.jsonl``, ``status.json``, the controller's binding, declared hangs,
-    the local supervisor's files), is written only by the platform (aviflow-api, the
-    controller, the local supervisor) and never mounted into a job's pod. ``code/`` is the
+    ``meta.json``, ``events.jsonl``, ``status.json``, the submission token, the controller's
+    binding, declared hangs, the local supervisor's files), is written only by the platform
+    (aviflow-api, the controller, the local supervisor) and never mounted into a job's pod. ``code/`` is the
     code snapshot, with the runtime's copy of the spec (``code/.aviflow-job.yaml``), mounted
     read-only. ``data/`` is what the job writes (metrics, logs, failures, heartbeats, stacks,
     checkpoints), its pods' only writable mount of the run store. A job directory made before
@@ -121,6 +121,12 @@ class RunDir:
     @property
     def status_path(self) -> Path:
         return self.path / "status.json"
+
+    @property
+    def submission_path(self) -> Path:
+        """The token the job's driver binds the directory by (control part; written with
+        the directory, see :meth:`~aviflow.store.RunStore.create`)."""
+        return self.path / "submission.json"
 
     @property
     def events_path(self) -> Path:
@@ -303,6 +309,12 @@ class RunDir:
             return _cached(self.meta_path, self.path, parse)
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             raise JobNotFound(f"job {self.id!r} has no readable meta.json in {self.path}") from None
+
+    def submission_token(self) -> str | None:
+        """The submission token the directory was created with (None: made without one)."""
+        data = self.read_json(self.submission_path, None)
+        token = data.get("token") if isinstance(data, dict) else None
+        return token if isinstance(token, str) and token else None
 
     def status(self) -> JobStatus:
         data = self.read_json(self.status_path, {})

@@ -2,7 +2,10 @@
 
 :class:`RunStore` owns every path above a job's directory (:class:`~aviflow.store.RunDir`
 owns those inside it). A job is created in a staging directory and renamed into place only
-when complete, under an id reserved store-wide by a link in ``.ids/``.
+when complete, under an id reserved store-wide by a link in ``.ids/``. A job whose driver
+has yet to take it up (a TrainJob to create) is marked in ``.pending/`` until the driver
+:meth:`~RunStore.settle` s it, so a submission that never completed is found by reading the
+marks alone (:meth:`~RunStore.pending`), not every job.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 ROOT_ENV = "AVIFLOW_ROOT"
 INDEX_DIR = ".ids"
 INDEX_LOG = ".ids.jsonl"
+PENDING_DIR = ".pending"
+STALE_RESERVATION = 60.0  # seconds: an id reserved this long ago with no directory was left
 
 
 def default_root() -> Path:
@@ -52,6 +57,10 @@ class RunStore:
     @property
     def index_dir(self) -> Path:
         return self.root / INDEX_DIR
+
+    @property
+    def pending_dir(self) -> Path:
+        return self.root / PENDING_DIR
 
     def file(self, name: str) -> Path:
         """A file of the store itself (``queues.json``, ``.queue.lock``)."""
@@ -230,11 +239,15 @@ class RunStore:
         job_id: str | None = None,
         image: TrainerImage | None = None,
         owner_ids: tuple[int, int] | None = None,
+        submission: str | None = None,
     ) -> RunDir:
         """Write a new job directory whole, then move it into place under a fresh unique id
-        (or ``job_id``, which must be free: a TrainJob created on the cluster by name).
-        ``owner_ids``: the uid and gid the job's processes run as, given the directory when
-        they are not this process's (pods as uid 1000, a controller as root).
+        (or ``job_id``, which must be free: a TrainJob created on the cluster by name, a
+        submission whose id its client chose). ``owner_ids``: the uid and gid the job's
+        processes run as, given the directory when they are not this process's (pods as uid
+        1000, a controller as root). ``submission``: the token the job's driver binds the
+        directory by (:meth:`RunDir.submission_token`; a TrainJob's annotation); the job is
+        then pending (:meth:`pending`) until the driver settles it.
 
         ``files`` maps paths relative to the job directory to their content. The directory
         only appears under the root when complete; a failure leaves nothing behind.
@@ -261,6 +274,8 @@ class RunStore:
             (staging / CODE_DIR / RUNTIME_SPEC).write_text(job.to_yaml())
             for sub in DATA_DIRS:
                 (staging / DATA_DIR / sub).mkdir(parents=True)
+            if submission is not None:
+                RunDir(staging).write_json(RunDir(staging).submission_path, {"token": submission})
             job_id = self._reserve_id(job.slug, home.name, job_id)
             meta = JobMeta(
                 id=job_id,
@@ -277,8 +292,12 @@ class RunStore:
             if owner_ids is not None and owner_ids != (os.geteuid(), os.getegid()):
                 _chown_tree(staging / DATA_DIR, *owner_ids)  # the job writes only its data part
             try:
+                if submission is not None:  # marked before it appears: a crash leaves the mark
+                    self.pending_dir.mkdir(exist_ok=True)
+                    (self.pending_dir / job_id).touch()
                 os.rename(staging, home / job_id)
             except BaseException:
+                (self.pending_dir / job_id).unlink(missing_ok=True)
                 (self.index_dir / job_id).unlink(missing_ok=True)
                 raise
             append_line(self.index_log, {"id": job_id, "user": home.name, "time": meta.submitted})
@@ -290,23 +309,68 @@ class RunStore:
 
     def _reserve_id(self, slug: str, user_dir: str, wanted: str | None = None) -> str:
         while True:
-            job_id = wanted or f"{slug}-{secrets.token_hex(4)}"
+            job_id = wanted or new_job_id(slug)
+            link = self.index_dir / job_id
             try:
-                os.symlink(f"../{user_dir}/{job_id}", self.index_dir / job_id)
+                os.symlink(f"../{user_dir}/{job_id}", link)
                 return job_id
             except FileExistsError:
-                if wanted is not None:
-                    raise FileExistsError(f"job id {wanted!r} is taken in {self.root}") from None
-                continue
+                if wanted is None:
+                    continue
+                if self.locate(wanted) is None and _older_than(link, STALE_RESERVATION):
+                    link.unlink(missing_ok=True)  # reserved by a writer that died before
+                    continue  # renaming its directory into place
+                raise FileExistsError(f"job id {wanted!r} is taken in {self.root}") from None
 
     def remove(self, job_id: str) -> None:
         """Delete a job's directory and index entry (a submission that did not go through);
         its line in the index log is skipped by readers since the job cannot be located."""
         path = self.locate(job_id)
         (self.index_dir / job_id).unlink(missing_ok=True)
+        self.settle(job_id)
         self._found.pop(job_id, None)
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
+
+    def pending(self) -> list[tuple[str, float]]:
+        """The jobs marked pending (created with a ``submission`` token and not settled
+        yet), each with when it was marked, oldest first: what a driver reads to find the
+        submissions that never completed, at the cost of the marks alone."""
+        found = []
+        try:
+            entries = list(os.scandir(self.pending_dir))
+        except OSError:
+            return []
+        for entry in entries:
+            if not is_dns1123_label(entry.name):
+                continue
+            try:
+                found.append((entry.stat(follow_symlinks=False).st_mtime, entry.name))
+            except OSError:
+                continue
+        return [(job_id, when) for when, job_id in sorted(found)]
+
+    def settle(self, job_id: str) -> None:
+        """The job is no longer pending: its driver took it up, or recorded why not."""
+        self.check_id(job_id)
+        (self.pending_dir / job_id).unlink(missing_ok=True)
+
+
+def new_job_id(slug: str) -> str:
+    """A fresh job id for a job named ``slug``: the slug and 8 random hex digits (unique
+    store-wide once reserved).
+
+    >>> len(new_job_id("tiny")) == len("tiny-") + 8
+    True
+    """
+    return f"{slug}-{secrets.token_hex(4)}"
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - os.lstat(path).st_mtime > seconds
+    except OSError:
+        return False
 
 
 def _chown_tree(top: Path, uid: int, gid: int) -> None:

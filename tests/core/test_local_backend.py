@@ -250,3 +250,19 @@ def test_a_job_that_prints_more_than_its_log_cap_ends_within_it(run_root, leftov
     assert [n for n in run.logs_dir.iterdir() if n.name.endswith(".tmp")] == []
     assert b"not capped" not in run.node_log(0).read_bytes()
     assert leftover_processes(job.id) == []
+
+
+def test_a_submission_with_its_id_again_is_the_same_job(local_backend):
+    from aviflow.records import Owner
+    from aviflow.store import new_job_id
+
+    job = TrainJob.from_dict({"metadata": {"name": "again"}, "spec": {"script": "pass"}})
+    chosen = new_job_id(job.slug)
+    ada = Owner("ada", "vision")
+    first = local_backend.submit(job, build_bundle(job), ada, job_id=chosen)
+    assert first == chosen
+    assert local_backend.submit(job, build_bundle(job), ada, job_id=chosen) == chosen
+    assert local_backend.list_ids() == [chosen]
+    with pytest.raises(BackendError, match=f"job id '{chosen}' is another job's"):
+        local_backend.submit(job, build_bundle(job), Owner("bob", "vision"), job_id=chosen)
+    assert aviflow.Job(chosen, local_backend).wait(timeout=60) is JobState.SUCCEEDED

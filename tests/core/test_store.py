@@ -431,3 +431,33 @@ def test_the_cancel_reason_is_read_bounded_and_never_through_a_link(tmp_path: Pa
     run.cancel_request.unlink()
     run.cancel_request.write_bytes(b"x" * 5000)
     assert run.cancel_reason() == "cancelled"
+
+
+def test_a_submission_is_pending_until_its_driver_settles_it(tmp_path):
+    store = RunStore(tmp_path)
+    plain = make(store)
+    run = make(store, submission="tok-1", job_id="tiny-0000abcd")
+    assert (run.id, run.submission_token(), plain.submission_token()) == (
+        "tiny-0000abcd",
+        "tok-1",
+        None,
+    )
+    assert "submission.json" in {p.name for p in run.path.iterdir()}  # control part, not data/
+    assert [job_id for job_id, _ in store.pending()] == [run.id]
+    store.settle(run.id)
+    assert store.pending() == []
+    again = make(store, submission="tok-2")
+    store.remove(again.id)  # a submission taken back is not pending either
+    assert store.pending() == [] and store.ids() == [plain.id, run.id]
+
+
+def test_an_id_reserved_by_a_writer_that_died_is_taken_again_once_stale(tmp_path):
+    store = RunStore(tmp_path)
+    make(store)  # the index exists
+    link = store.index_dir / "tiny-0000dead"
+    os.symlink("../ada/tiny-0000dead", link)  # reserved; its directory never renamed in
+    with pytest.raises(FileExistsError, match="'tiny-0000dead' is taken"):
+        make(store, job_id="tiny-0000dead")  # a writer may still be at it
+    old = os.lstat(link).st_mtime - 120
+    os.utime(link, (old, old), follow_symlinks=False)
+    assert make(store, job_id="tiny-0000dead").id == "tiny-0000dead"

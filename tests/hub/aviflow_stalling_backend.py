@@ -105,9 +105,16 @@ class StallingBackend(LocalBackend):
             self._asked.append((job_id, by))
         return True
 
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
         stall("submit")
-        return super().submit(job, bundle, owner)
+        return super().submit(job, bundle, owner, job_id=job_id)
 
     def images(self) -> list[TrainerImage]:
         stall("images")

@@ -23,12 +23,16 @@
     websocket channels (``websocket-client``, a jupyter_server dependency), then shuts it down.
 ``postgres_url`` (session scope)
     A throwaway PostgreSQL cluster (initdb + pg_ctl as the ``postgres`` user) on a free port.
+``ledger_url`` (parametrized: ``sqlite``, ``postgresql``)
+    A fresh ledger database: a SQLite file in the test's temp dir, or a new database on
+    ``postgres_url``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -425,3 +429,18 @@ def postgres_url() -> Iterator[str]:
             capture_output=True,
         )
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+        return
+    import psycopg
+
+    server = request.getfixturevalue("postgres_url")
+    name = f"ledger_{secrets.token_hex(6)}"
+    plain = server.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield server.rsplit("/", 1)[0] + f"/{name}"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,14 @@ class StoreOnly(StoreReads, Backend):
     def __init__(self, root: Path) -> None:
         self.store = RunStore(root)
 
-    def submit(self, job: TrainJob, bundle: CodeBundle, owner: Owner | None = None) -> str:
+    def submit(
+        self,
+        job: TrainJob,
+        bundle: CodeBundle,
+        owner: Owner | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> str:
         raise NotImplementedError
 
     def status(self, job_id: str) -> JobStatus:
@@ -81,21 +86,6 @@ def emit(run: RunDir, *events: tuple[EventType, int, float, dict[str, Any]]) -> 
             failure=event.failure,
         )
         run.record([event], status)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-        return
-    import psycopg
-
-    server = request.getfixturevalue("postgres_url")
-    name = f"ledger_{secrets.token_hex(6)}"
-    plain = server.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield server.rsplit("/", 1)[0] + f"/{name}"
 
 
 def recomputed(backend: Backend) -> dict[str, float]:

@@ -260,14 +260,14 @@ class Pool:
                 f"ClusterQueue {obj['metadata']['name']} Active",
             )
 
-    def start_controller(self, api: Any = None) -> Any:
-        """The controller in this process (``api``: its client, default the admin's)."""
+    def start_controller(self, api: Any = None, **kw: Any) -> Any:
+        """The controller in this process (``api``: its client, default the admin's; ``kw``:
+        more of its arguments, such as ``resync`` or ``submission_grace``)."""
         from aviflow.operator import Controller
         from aviflow.store import RunStore
 
-        self.controller = Controller(
-            api or self.api, self.settings, RunStore(self.root), workers=2, resync=10
-        )
+        kw = {"workers": 2, "resync": 10, **kw}
+        self.controller = Controller(api or self.api, self.settings, RunStore(self.root), **kw)
         self.controller.start()
         return self.controller
 

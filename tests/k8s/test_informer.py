@@ -1,11 +1,14 @@
-"""The informer's index: what ``by(value)`` returns follows every add, change and delete
-(the cluster tests exercise list+watch itself on a real API server)."""
+"""The informer: its index follows every add, change and delete; on a real API server, it
+lists in pages and resyncs from its cache (the TrainJob tests exercise list+watch further)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from aviflow.operator._informer import Informer
+from aviflow_testcluster import wait_for
 
 
 def pod(name: str, job: str | None) -> dict[str, Any]:
@@ -34,3 +37,49 @@ def test_the_index_follows_adds_changes_and_deletes() -> None:
     inf._put(("ns", "a-0"), None)
     assert inf.by("a") == [] and "a" not in inf._by
     assert names(inf.items()) == ["a-1", "b-0", "x"]
+
+
+@pytest.mark.cluster
+def test_lists_come_in_pages_and_a_resync_comes_from_the_cache(
+    k8s_cluster: Any, k8s_namespace: str
+) -> None:
+    from kubernetes import client
+
+    api = k8s_cluster.api_client()
+    core = client.CoreV1Api(api)
+    for i in range(7):
+        core.create_namespaced_config_map(
+            k8s_namespace, {"metadata": {"name": f"cm-{i}", "labels": {"t": "x"}}}
+        )
+    lists: list[dict[str, Any]] = []  # the requests that were lists (not watches)
+    seen: list[str] = []
+
+    def list_call(**kw: Any) -> Any:
+        if not kw.get("watch"):
+            lists.append({k: kw.get(k) for k in ("limit", "_continue")})
+        return core.list_namespaced_config_map(**kw)
+
+    inf = Informer(
+        "configmaps",
+        list_call,
+        lambda obj: seen.append(obj["metadata"]["name"]),
+        resync=1.0,
+        page_size=3,
+        namespace=k8s_namespace,
+        label_selector="t=x",
+    )
+    inf.start()
+    try:
+        assert inf.wait_synced(30)
+        assert names(inf.items()) == [f"cm-{i}" for i in range(7)]
+        assert [page["limit"] for page in lists] == [3, 3, 3]  # 3 + 3 + 1
+        assert lists[0]["_continue"] is None and all(page["_continue"] for page in lists[1:])
+        wait_for(lambda: len(seen) >= 3 * 7, 15, "two resyncs")  # every object, again and again
+        core.create_namespaced_config_map(
+            k8s_namespace, {"metadata": {"name": "cm-7", "labels": {"t": "x"}}}
+        )
+        wait_for(lambda: inf.get(k8s_namespace, "cm-7"), 15, "the watch's new object")
+        assert len(lists) == 3  # not one list more: resyncs replay the cache, the watch goes on
+    finally:
+        inf.stop()
+        api.close()

@@ -1,4 +1,5 @@
-"""Ledger tables (SQLAlchemy 2): one row per job, one row per job attempt.
+"""Ledger tables (SQLAlchemy 2): one row per job, one row per job attempt, one per
+submission ``Idempotency-Key`` of the last day.
 
 A job row holds what a list view shows (:class:`aviflow.records.JobSummary`) except
 GPU-seconds, which are summed from the job's attempt rows when read. Free text (names,
@@ -65,3 +66,16 @@ class AttemptRow(Base):
     restarts: Mapped[int] = mapped_column(Integer)
     preempted: Mapped[bool] = mapped_column(Boolean)
     queue_wait: Mapped[float] = mapped_column(Float)
+
+
+class SubmissionKeyRow(Base):
+    """A client's ``Idempotency-Key`` on a submission: the job id aviflow-api chose for it
+    and what was submitted (a hash), per user; kept a day (``Ledger.claim_key``)."""
+
+    __tablename__ = "aviflow_submission_keys"
+
+    user: Mapped[str] = mapped_column(String(255), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request: Mapped[str] = mapped_column(String(64))  # sha256 of the request, hex
+    job_id: Mapped[str] = mapped_column(String(63))
+    created: Mapped[float] = mapped_column(Float, index=True)

@@ -1,4 +1,5 @@
-"""The ledger database: one row per job (what a list view shows), one per job attempt.
+"""The ledger database: one row per job (what a list view shows), one per job attempt, and
+the submissions' idempotency keys (:meth:`Ledger.claim_key`).
 
 The service feeds it from the backend's change feed (:meth:`Ledger.apply`): each
 :class:`~aviflow.backends._feed.JobChange` carries a job's new status and only its new
@@ -33,13 +34,15 @@ from aviflow.backends._feed import JobChange
 from aviflow.records import FailureInfo, JobState, JobSummary
 from aviflow_hub.authz import Visibility
 from aviflow_hub.ledger.migrate import migrate
-from aviflow_hub.ledger.models import AttemptRow, Base, JobRow
+from aviflow_hub.ledger.models import AttemptRow, Base, JobRow, SubmissionKeyRow
 
 log = logging.getLogger("aviflow_hub.ledger")
 _ATTEMPT_KEYS = ("job_id", "attempt")
 _FINISHED = [s.value for s in JobState if s.is_finished()]
 _JOBS = JobRow.__table__
 _ATTEMPTS = AttemptRow.__table__
+_KEYS = SubmissionKeyRow.__table__
+KEY_SECONDS = 24 * 3600.0  # how long a submission's Idempotency-Key names its job
 
 
 def _insert_for(engine: Engine) -> Any:
@@ -108,6 +111,25 @@ class Ledger:
         }
         with Session(self.engine) as s, s.begin():
             s.execute(self._insert(JobRow).values([values]).on_conflict_do_nothing())
+
+    def claim_key(
+        self, user: str, key: str, request: str, job_id: str, now: float | None = None
+    ) -> tuple[str, str]:
+        """The job id and request hash of ``user``'s idempotency ``key``: ``job_id`` and
+        ``request`` when the key is new (recorded now), else those recorded first. Keys
+        older than :data:`KEY_SECONDS` are forgotten (every user's, here: the table holds a
+        day of keys)."""
+        now = time.time() if now is None else now
+        with Session(self.engine) as s, s.begin():
+            s.execute(delete(_KEYS).where(_KEYS.c.created < now - KEY_SECONDS))
+            row = {"user": user, "key": key, "request": request, "job_id": job_id, "created": now}
+            s.execute(self._insert(SubmissionKeyRow).values([row]).on_conflict_do_nothing())
+            found = s.execute(
+                select(_KEYS.c.job_id, _KEYS.c.request).where(
+                    _KEYS.c.user == user, _KEYS.c.key == key
+                )
+            ).one()
+            return str(found.job_id), str(found.request)
 
     def apply(self, changes: Iterable[JobChange]) -> dict[str, str]:
         """Store each job's change in its own transaction; return ``{job id: problem}`` for

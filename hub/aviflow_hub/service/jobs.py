@@ -5,7 +5,9 @@ change feed keeps it within a second of the backend). ``POST jobs`` checks the w
 (:mod:`.submission`; a spec problem is a SpecError), the caller's queue (another team's is
 403; an unknown one, or one too small for the job, a SpecError) and a ``spec.resumeFrom``
 job (one the caller may read, else 404), then submits on the caller's behalf
-(``Owner(user, team)``) and records the job in the ledger at once. ``GET jobs/{id}`` adds the
+(``Owner(user, team)``) and records the job in the ledger at once. With an
+``Idempotency-Key`` header, a retry returns the job the first request made (and completes
+its submission if that one was cut short): :func:`submit_once`. ``GET jobs/{id}`` adds the
 backend's current status, the spec and the submission record to the job's summary.
 ``POST jobs/{id}/cancel`` asks for the end and answers at once (202; see
 :class:`CancelHandler`).
@@ -26,11 +28,20 @@ from aviflow.errors import AccessDenied, SpecError
 from aviflow.names import label_value
 from aviflow.records import JobSummary, Owner
 from aviflow.spec import TrainJob
+from aviflow.store import new_job_id
 from aviflow_hub import authz
 from aviflow_hub.ledger.store import Ledger
 from aviflow_hub.service.base import BaseHandler
 from aviflow_hub.service.params import MAX_LIMIT
-from aviflow_hub.service.submission import MAX_BODY_BYTES, TooLarge, parse_submission
+from aviflow_hub.service.submission import (
+    IDEMPOTENCY_HEADER,
+    MAX_BODY_BYTES,
+    KeyReused,
+    TooLarge,
+    idempotency_key,
+    parse_submission,
+    request_hash,
+)
 
 USER_LABEL = "aviflow.dev/user"
 TEAM_LABEL = "aviflow.dev/team"
@@ -78,11 +89,13 @@ class JobsHandler(BaseHandler):
 
     async def post(self) -> None:
         self.require_scope("submit")
+        key = idempotency_key(self.request.headers.get(IDEMPOTENCY_HEADER))
         if self._size > MAX_BODY_BYTES:
             raise TooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
         raw, self._chunks = b"".join(self._chunks), []
         # up to 90 MiB to decode: not on the loop
         job, bundle = await self.ctx.lanes.writes.run(parse_submission, raw)
+        asked = request_hash(job, bundle) if key is not None else ""
         if job.spec.resume_from is not None:  # only from a job the caller may read
             await self.job_ref(job.spec.resume_from.job, "read")
         choice = authz.choose_queue(
@@ -104,17 +117,37 @@ class JobsHandler(BaseHandler):
         job = TrainJob.from_dict(data)
         owner = Owner(self.principal.name, team.name)
         summary = await self.ctx.lanes.writes.run(
-            _submit, self.ctx.backend, self.ctx.ledger, job, bundle, owner
+            submit_once, self.ctx.backend, self.ctx.ledger, job, bundle, owner, key, asked
         )
         self.send_json({"id": summary.id, "queue": team.queue, "team": team.name}, status=201)
 
 
-def _submit(
-    backend: Backend, ledger: Ledger, job: TrainJob, bundle: CodeBundle, owner: Owner
+def submit_once(
+    backend: Backend,
+    ledger: Ledger,
+    job: TrainJob,
+    bundle: CodeBundle,
+    owner: Owner,
+    key: str | None = None,
+    asked: str = "",
 ) -> JobSummary:
     """Submit, and record the job in the ledger in the same call (a lane that refused the
-    record after the submission would leave the client without the id of a job it has)."""
-    job_id = backend.submit(job, bundle, owner)
+    record after the submission would leave the client without the id of a job it has).
+
+    With an idempotency ``key`` (and ``asked``, the request's hash), the job's id is chosen
+    here and recorded with the key first (:meth:`Ledger.claim_key`: per owner, a day): a
+    request that comes again with the key gets that id, and the backend completes that
+    job's submission if it had not completed (:meth:`Backend.submit`'s ``job_id``), so a
+    retry never makes a second job. The key with another request is :class:`KeyReused`."""
+    chosen = None
+    if key is not None:
+        chosen, first = ledger.claim_key(owner.user, key, asked, new_job_id(job.slug))
+        if first != asked:
+            raise KeyReused(
+                f"the {IDEMPOTENCY_HEADER} {key!r} was sent with another submission (another "
+                f"spec or code) in the last day: job {chosen}; use a new key for a new job"
+            )
+    job_id = backend.submit(job, bundle, owner, job_id=chosen)
     summary = summarize(backend.meta(job_id), job, backend.status(job_id), [], time.time())
     ledger.record_job(summary)
     return summary

@@ -17,6 +17,18 @@ paths; messages never echo a large input. A spec with a ``script`` needs no bund
 Traceback (most recent call last):
 ...
 aviflow.errors.RequestError: unknown key 'bundel' in the request; did you mean 'bundle'?
+
+An ``Idempotency-Key`` header (:func:`idempotency_key`: 1 to 255 visible ASCII characters)
+makes a retried submission return the job the first one made: aviflow-api records the key
+with the job id it chose and a hash of what was submitted (:func:`request_hash`), per user,
+for a day. The same key with another request is a 422 (:class:`KeyReused`).
+
+>>> idempotency_key("3f1c-retry-1"), idempotency_key(None)
+('3f1c-retry-1', None)
+>>> idempotency_key("two words")
+Traceback (most recent call last):
+...
+aviflow.errors.RequestError: the Idempotency-Key header must be 1 to 255 visible ASCII characters (no spaces)
 """
 
 from __future__ import annotations
@@ -24,12 +36,15 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from aviflow._model import short, storable_problems
+from aviflow.backends.hub import IDEMPOTENCY_HEADER
 from aviflow.bundle import SCRIPT_NAME, CodeBundle
 from aviflow.errors import RequestError
 from aviflow.records import origin_claim
@@ -45,10 +60,42 @@ MAX_NAME_BYTES = 1024
 MAX_PART_BYTES = 255  # one path component (what file systems allow)
 
 
+_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
 class TooLarge(RequestError):
     """The request is larger than aviflow-api accepts (HTTP 413)."""
 
     http_status = 413
+
+
+class KeyReused(RequestError):
+    """An ``Idempotency-Key`` sent before with another request (HTTP 422)."""
+
+    http_status = 422
+
+
+def idempotency_key(raw: str | None) -> str | None:
+    """The ``Idempotency-Key`` header's value, checked (None: not sent)."""
+    if raw is None:
+        return None
+    if not _KEY.fullmatch(raw):
+        raise RequestError(
+            f"the {IDEMPOTENCY_HEADER} header must be 1 to 255 visible ASCII characters (no spaces)"
+        )
+    return raw
+
+
+def request_hash(job: TrainJob, bundle: CodeBundle) -> str:
+    """What a submission asks for, as a hash: the spec and the code (file names and
+    contents, entry point, accelerate config), not the client's ``origin`` claim."""
+    what = {
+        "spec": job.to_dict(),
+        "code": bundle.content_hash,
+        "entrypoint": bundle.entrypoint,
+        "accelerateConfig": bundle.accelerate_config,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
 def check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
