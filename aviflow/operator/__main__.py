@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         help="serve GET /healthz on this port (the liveness probe); default: none",
     )
     parser.add_argument(
+        "--health-host",
+        default="",
+        help="the address /healthz listens on (the chart: the pod's IP); default: all",
+    )
+    parser.add_argument(
         "--stall-after",
         type=float,
         default=STALL_AFTER,
@@ -116,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ns.health_port is not None:
         try:
-            _health.serve(ns.health_port, lambda: controller.health(ns.stall_after))
+            _health.serve(
+                ns.health_port, lambda: controller.health(ns.stall_after), host=ns.health_host
+            )
         except OSError as exc:
             print(
                 f"aviflow.operator: cannot serve /healthz on {ns.health_port}: {exc}",

@@ -248,13 +248,16 @@ def test_the_controller_gets_the_settings_the_api_reads(render: Render) -> None:
         "/etc/aviflow/cluster.json",
         "--lease",
         "aviflow-controller",
+        "--health-host",
+        "$(POD_IP)",
         "--health-port",
-        "8081",
+        "8090",
     ]
     # two candidates, one leader on the release's Lease, which the controller alone may hold
     assert deploy["spec"]["replicas"] == 2
     assert c["env"] == [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
     lease_role = doc(docs, "Role", "aviflow-controller-lease")
     assert lease_role["metadata"]["namespace"] == "aviflow"
@@ -538,8 +541,12 @@ def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -
     # the controller's: a hung reconcile would not lose it the Lease, the probe restarts it
     assert probes["controller"]["httpGet"] == {"path": "/healthz", "port": "health"}
     controller = pods["controller"]["containers"][0]
-    assert controller["command"][-2:] == ["--health-port", "8081"]
-    assert controller["ports"] == [{"name": "health", "containerPort": 8081}]
+    assert controller["command"][-4:] == ["--health-host", "$(POD_IP)", "--health-port", "8090"]
+    assert controller["ports"] == [{"name": "health", "containerPort": 8090}]
+    assert controller["env"][1] == {
+        "name": "POD_IP",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    }
     assert sorted(probes) == ["api", "controller", "hub", "proxy"]
     assert {
         name: pod["securityContext"].get("fsGroupChangePolicy") for name, pod in pods.items()
