@@ -265,6 +265,15 @@ def test_install_upgrade_rollback_uninstall(
     svc = kubectl_json(cluster, "get", "service", f"{release}-proxy-public", "-n", ns)
     url = f"http://{svc['status']['loadBalancer']['ingress'][0]['ip']}:8080"
     until(cluster, ns, lambda: answers(f"{url}/hub/health"), 180, "the hub answers at its address")
+    # the proxy sends what it has no route for to the hub: aviflow-api's route is the hub's
+    # to add, at its start or at its next route check (every 60 s) if the proxy came later
+    until(
+        cluster,
+        ns,
+        lambda: answers(f"{url}/services/aviflow-api/api/v1/openapi.json"),
+        120,
+        "the hub has routed aviflow-api at the proxy",
+    )
     assert spawn_page(url, "alice", PASSWORD) == ["Small (1 CPU)"]  # her browser's view
     alice = User(url, "alice", PASSWORD)
     assert alice.api("queues")  # aviflow-api, through the proxy, knows her
@@ -469,6 +478,15 @@ def test_install_upgrade_rollback_uninstall(
         lambda: answers(f"{secure}/hub/health", verify=str(tmp_path / "ca.pem")),
         180,
         "the hub answers over TLS, with the Secret's certificate",
+    )
+    until(  # a new proxy pod (its config changed): the hub routes aviflow-api there again
+        cluster,
+        ns,
+        lambda: answers(
+            f"{secure}/services/aviflow-api/api/v1/openapi.json", verify=str(tmp_path / "ca.pem")
+        ),
+        120,
+        "the hub has routed aviflow-api at the new proxy",
     )
     r = requests.get(
         f"{secure}/services/aviflow-api/api/v1/queues",
