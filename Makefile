@@ -105,6 +105,10 @@ bench: venv
 	$(PY) bench/rank_exit.py
 	$(PY) bench/hostile_reads.py
 
+# aviflow-api under N users' sidebars and panels, behind the real hub and proxy
+bench-load: venv
+	$(PY) bench/api_load.py
+
 # TrainJob admission on the test control plane vs plain Kueue Jobs (builds it on first use)
 bench-admission: venv
 	$(PY) bench/admission.py
