@@ -19,7 +19,6 @@ they lead to, as soon as the disk takes them again; the job's processes keep run
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import signal
@@ -51,14 +50,13 @@ from aviflow.lifecycle import (
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus, read_pages
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore, atomic_write, rank_log_share, read_json
+from aviflow.store import RunDir, RunStore, atomic_write, disk_full, rank_log_share, read_json
 
 POLL_SECONDS = 0.1
 QUEUE_POLL_SECONDS = 0.25
 RECORD_GRACE = 0.3  # let a failing rank finish writing its failure record
 NODE_LOG_TAIL = 20000
 RANK_LOG_TAIL = 4000
-STORE_FULL = (errno.ENOSPC, errno.EDQUOT)
 FULL_RETRY_SECONDS = 1.0  # how often a finished job's last records are tried on a full disk
 
 
@@ -129,7 +127,7 @@ class Supervisor:
                 self.run.write_status(self.lc.status())
                 self._stale = False
         except OSError as exc:
-            if exc.errno not in STORE_FULL:
+            if not disk_full(exc):
                 raise
             if self._full_since is None:
                 self._full_since = time.time()
@@ -153,7 +151,7 @@ class Supervisor:
         try:
             self.run.write_status(status)
         except OSError as exc:
-            if exc.errno not in STORE_FULL:
+            if not disk_full(exc):
                 raise
 
     # -- queue -----------------------------------------------------------------------------------
@@ -213,7 +211,7 @@ class Supervisor:
                 json.dumps({"attempt": attempt, "pgids": [p.pid for p in self.nodes]}),
             )
         except OSError as exc:
-            if exc.errno not in STORE_FULL:
+            if not disk_full(exc):
                 raise
 
     def _codes(self) -> dict[int, int | None]:

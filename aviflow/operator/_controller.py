@@ -180,8 +180,8 @@ class Controller:
         longest = self.queue.longest_busy()
         if longest is not None and longest[1] >= stall_after:
             problems.append(f"the reconcile of {longest[0]} has run for {longest[1]:.0f} s")
-        since = time.monotonic() - (self._ticked or 0.0)
-        if self._ticked is not None and since >= stall_after:
+        if self._ticked is not None and time.monotonic() - self._ticked >= stall_after:
+            since = time.monotonic() - self._ticked
             problems.append(f"the ticker has not gone round for {since:.0f} s")
         return problems
 

@@ -6,7 +6,6 @@ or by the Indexed Job's pod template, where ``JOB_COMPLETION_INDEX`` is the node
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from aviflow.runtime import _logcap
 from aviflow.runtime._output import redirect_output
 from aviflow.runtime.env import RuntimeEnv, RuntimeEnvError
 from aviflow.runtime.launch import accelerate_argv, has_gpus, local_ranks, node_env, rank_program
-from aviflow.store import RunDir, read_json
+from aviflow.store import RunDir, disk_full, read_json
 
 HEARTBEAT_SECONDS = 2.0
 
@@ -35,7 +34,7 @@ def _heartbeat(run: RunDir, node: RuntimeEnv, state: str, **extra: object) -> No
     try:
         run.write_heartbeat(node.node_rank, beat)
     except OSError as exc:  # a full run store: the job goes on; the next beat may land
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if not disk_full(exc):
             raise
 
 

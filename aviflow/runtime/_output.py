@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from pathlib import Path
+
+from aviflow.store import disk_full
 
 
 def redirect_output(path: Path, header: str = "") -> None:
@@ -17,7 +18,7 @@ def redirect_output(path: Path, header: str = "") -> None:
         try:
             os.write(fd, header.encode())
         except OSError as exc:  # a full run store: the job's own output decides, not this
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if not disk_full(exc):
                 raise
     os.dup2(fd, 1)
     os.dup2(fd, 2)

@@ -439,6 +439,11 @@ def remove_temporaries(path: Path, *, beneath: Path) -> None:
         pass  # no directory, or not one this reaches without a symlink
 
 
+def disk_full(exc: OSError) -> bool:
+    """Whether ``exc`` says the run store takes no more bytes (no space, or over quota)."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that a reader sees the old or the new file, whole.
     No symlink is followed (the target itself is replaced, never written through), nor any
