@@ -156,5 +156,6 @@ def _accept_kernel_choice(page) -> None:
     answer as a user would, with the preselected Python 3 kernel."""
     dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
     if dialog.count():
-        dialog.get_by_role("button", name="Select", exact=True).click()
+        # Its accept button reads "Select" but is named "Select Kernel" (its aria-label).
+        dialog.locator("button.jp-mod-accept").click(timeout=10_000)
         dialog.wait_for(state="detached", timeout=30_000)
