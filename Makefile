@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for make test (0: one process); modules stay on one worker, longest first
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv demo test lint format sysdeps bench bench-admission clean lock images images-clean
+.PHONY: venv demo test lint format sysdeps bench bench-admission bench-controller clean lock images images-clean
 .PHONY: cache clean-cache
 .PHONY: hub labextension
 
@@ -112,6 +112,12 @@ bench-load: venv
 # TrainJob admission on the test control plane vs plain Kueue Jobs (builds it on first use)
 bench-admission: venv
 	$(PY) bench/admission.py
+
+# the controller idle and taking new jobs with 0, 100 and 1,000 finished TrainJobs, as ratios
+# (BENCH_ARGS="--history 0,1000,10000", "--compare ../main": another checkout's controller too)
+BENCH_ARGS ?=
+bench-controller: venv
+	$(PY) bench/controller_history.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
