@@ -1,5 +1,12 @@
 """The informers of one jobs' namespace: its TrainJobs, and their Jobs, pods and Kueue
-Workloads, indexed by the TrainJob they belong to (:func:`job_label`, :func:`owner_jobs`)."""
+Workloads, indexed by the TrainJob they belong to (:func:`job_label`, :func:`owner_jobs`).
+
+Finished TrainJobs stay until someone deletes them, so the TrainJob cache holds a namespace's
+whole history; what the controller still does with a finished one is look at its state, its
+identity and its annotations (a pending submission's token). So the cache keeps only those
+of it (:func:`trim`), indexes the others under :data:`ACTIVE` (:func:`activity`), and a
+resync and the ticker go through that index: history costs the controller a small object
+each, and no time at a resync or a tick (``bench/controller_history.py``)."""
 
 from __future__ import annotations
 
@@ -10,9 +17,50 @@ from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import owner_job
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._informer import Informer, Obj
+from aviflow.records import JobState
 
 if TYPE_CHECKING:
     from aviflow.operator._controller import Controller
+
+
+FINAL = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
+ACTIVE = "active"  # the TrainJob index's key of those not finished
+# what the controller reads of a finished TrainJob (reconcile, the ticker, the submissions'
+# sweep: its token annotation, deletion: its uid)
+KEPT_METADATA = (
+    "name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp",
+    "deletionTimestamp", "labels", "annotations",
+)  # fmt: skip
+
+
+def final(cr: Obj) -> bool:
+    """The TrainJob's status is final: the controller wrote it last, after everything else."""
+    return (cr.get("status") or {}).get("state") in FINAL
+
+
+def activity(cr: Obj) -> list[str]:
+    """Index of TrainJobs: :data:`ACTIVE` unless finished."""
+    return [] if final(cr) else [ACTIVE]
+
+
+def trim(cr: Obj) -> Obj:
+    """What the cache keeps of a TrainJob: all but ``managedFields`` (which nothing here
+    reads); of a finished one, its identity, labels, annotations and state alone.
+
+    >>> trim({"metadata": {"name": "a", "managedFields": [{}]}, "spec": {"nodes": 2},
+    ...       "status": {"state": "SUCCEEDED", "failure": {"traceback": "..."}}})
+    {'metadata': {'name': 'a'}, 'status': {'state': 'SUCCEEDED'}}
+    >>> trim({"metadata": {"name": "b", "managedFields": [{}]}, "spec": {"nodes": 2}})
+    {'metadata': {'name': 'b'}, 'spec': {'nodes': 2}}
+    """
+    meta = cr.get("metadata") or {}
+    if not final(cr):
+        if "managedFields" not in meta:
+            return cr
+        return {**cr, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    kept = {k: meta[k] for k in KEPT_METADATA if k in meta}
+    out: Obj = {k: cr[k] for k in ("apiVersion", "kind") if k in cr}
+    return {**out, "metadata": kept, "status": {"state": cr["status"]["state"]}}
 
 
 def job_label(obj: Obj) -> list[str]:
@@ -39,6 +87,9 @@ class Cell:
             ctl.custom.list_namespaced_custom_object,
             ctl._on_trainjob,
             resync=resync,
+            index=activity,
+            transform=trim,
+            resync_key=ACTIVE,
             group=GROUP,
             version=VERSION,
             namespace=ns,

@@ -9,7 +9,9 @@ the Job stopped when the lifecycle says so, nothing left after a cancel. Every a
 also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers hand
 every cached object back every ``resync`` seconds (from their caches). A job is never
 reconciled by two workers at once. A TrainJob whose status is final costs nothing more: it is
-neither queued nor read again (its attempts' Jobs go after their ``ttlSecondsAfterFinished``).
+neither queued nor read again, neither ticked nor handed back at a resync, and its cache keeps
+a few fields of it (:mod:`._cell`); its attempts' Jobs go after their
+``ttlSecondsAfterFinished``.
 
 Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
 never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a
@@ -53,7 +55,7 @@ from aviflow.lifecycle import (
     Tick,
 )
 from aviflow.operator._binding import Binder
-from aviflow.operator._cell import Cell, job_label
+from aviflow.operator._cell import ACTIVE, Cell, final, job_label
 from aviflow.operator._informer import Obj
 from aviflow.operator._observe import (
     AttemptJob,
@@ -84,7 +86,6 @@ MAX_STEPS = 8
 POSITIONS_TTL = 1.0
 API_TIMEOUT = 30.0  # no call may hold a worker for ever
 DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
-FINAL = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
 
 
 class Deposed(Exception):
@@ -94,11 +95,6 @@ class Deposed(Exception):
 def _key(namespace: str, name: str) -> str:
     """A TrainJob's key in the work queue."""
     return f"{namespace}/{name}"
-
-
-def _final(cr: Obj) -> bool:
-    """The TrainJob's status is final: the controller wrote it last, after everything else."""
-    return (cr.get("status") or {}).get("state") in FINAL
 
 
 class Controller:
@@ -202,10 +198,8 @@ class Controller:
             queued = time.monotonic() - last_queued >= self.queued_tick
             if queued:
                 last_queued = time.monotonic()
-            for obj in (o for c in self.cells.values() for o in c.trainjobs.items()):
-                state = (obj.get("status") or {}).get("state")
-                if state in FINAL:
-                    continue
+            for obj in (o for c in self.cells.values() for o in c.trainjobs.by(ACTIVE)):
+                state = (obj.get("status") or {}).get("state")  # never final: see _cell
                 if queued or state not in ("QUEUED", None):
                     self.queue.put(_key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
@@ -248,7 +242,7 @@ class Controller:
         if obj.get("deleted"):
             self._seen.pop(key, None)
             self._written.pop(meta.get("uid", ""), None)
-            if not _final(obj):  # a final one had its end recorded
+            if not final(obj):  # a final one had its end recorded
                 self._deleted[key] = obj
                 self.queue.put(key)
             return
@@ -256,7 +250,7 @@ class Controller:
         seen = (meta.get("uid"), meta.get("generation"), cancel, meta.get("deletionTimestamp"))
         if self._seen.get(key) != seen:
             self._seen[key] = seen
-            if not _final(obj):
+            if not final(obj):
                 self.queue.put(key)
 
     def _on_child(self, obj: Obj) -> None:
@@ -286,7 +280,7 @@ class Controller:
             if gone is not None:
                 self._record_deleted(gone)
             return
-        if _final(cr):
+        if final(cr):
             return  # ended, and recorded: a child's change or a resync costs this lookup only
         run = self.binder.run_dir(cr)
         if run is None:

@@ -11,6 +11,16 @@ within that time; the caller makes that cheap for objects with nothing left to d
 deleted between lists are reported once with ``obj["deleted"] = True``. An ``index`` (object
 -> keys, such as the TrainJob a Job belongs to) makes :meth:`Informer.by` cost the objects it
 returns, not the whole cache.
+
+A cache that holds every object of a kind grows with the kind's history (finished TrainJobs
+stay until someone deletes them), so two options keep what an object costs in line with what
+its reader still does with it:
+
+- ``transform`` (client-go's ``SetTransform``): what the cache keeps of each object, and what
+  ``on_change`` is handed; applied a page at a time as a list comes in, so a list of ten
+  thousand objects is never held whole;
+- ``resync_key``, with an ``index``: a resync hands back only the objects indexed under that
+  key (the TrainJobs not finished), costing those, not the whole cache.
 """
 
 from __future__ import annotations
@@ -50,8 +60,12 @@ class Informer:
         resync: float = 30.0,
         index: Callable[[Obj], Iterable[str]] | None = None,
         page_size: int = PAGE_SIZE,
+        transform: Callable[[Obj], Obj] | None = None,
+        resync_key: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if resync_key is not None and index is None:
+            raise ValueError("resync_key names a key of the index: give an index")
         self.name = name
         self.page_size = page_size
         self._list = list_call
@@ -60,6 +74,8 @@ class Informer:
         self._resync = resync
         self._items: dict[tuple[str, str], Obj] = {}
         self._index = index
+        self._keep = transform or (lambda obj: obj)
+        self._resync_key = resync_key
         self._by: dict[str, dict[tuple[str, str], Obj]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,8 +161,10 @@ class Informer:
                 self._stop.wait(RETRY_SECONDS)
 
     def _replay(self) -> None:
-        """The resync: ``on_change`` for every cached object, from the cache."""
-        for obj in self.items():
+        """The resync: ``on_change`` for every cached object (those under ``resync_key``),
+        from the cache."""
+        key = self._resync_key
+        for obj in self.items() if key is None else self.by(key):
             if self._stop.is_set():
                 return
             self._on_change(obj)
@@ -166,10 +184,12 @@ class Informer:
                 **self._kwargs, **page, _preload_content=False, _request_timeout=LIST_TIMEOUT
             )
             data = json.loads(resp.data)
-            items.extend(data.get("items") or [])
-            token = (data.get("metadata") or {}).get("continue") or None
+            meta = data.get("metadata") or {}
+            items.extend(self._keep(o) for o in data.get("items") or [])
+            del data, resp  # this page's whole objects go before the next page comes
+            token = meta.get("continue") or None
             if token is None:
-                return items, str(data["metadata"]["resourceVersion"])
+                return items, str(meta["resourceVersion"])
 
     def _relist(self) -> str:
         items, version = self._list_pages()
@@ -204,6 +224,7 @@ class Informer:
             version = obj.get("metadata", {}).get("resourceVersion", version)
             if kind == "BOOKMARK":
                 continue
+            obj = self._keep(obj)
             with self._lock:
                 self._put(key(obj), None if kind == "DELETED" else obj)
             self._on_change({**obj, "deleted": True} if kind == "DELETED" else obj)

@@ -83,3 +83,58 @@ def test_lists_come_in_pages_and_a_resync_comes_from_the_cache(
     finally:
         inf.stop()
         api.close()
+
+
+def test_a_transform_and_a_resync_key_keep_history_out_of_the_cache_and_the_resync() -> None:
+    import json
+
+    from aviflow.operator._cell import ACTIVE, activity, trim
+
+    def trainjob(name: str, state: str | None) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": "ns", "name": name, "uid": f"u-{name}",
+                         "annotations": {"aviflow.dev/submission": f"t-{name}"},
+                         "managedFields": [{"manager": "x", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"queue": "q", "command": ["true"]},
+            "status": {"state": state, "failure": {"traceback": "Traceback..."}} if state else {},
+        }  # fmt: skip
+
+    objs = [trainjob(f"done-{i}", s) for i, s in enumerate(["SUCCEEDED", "FAILED", "CANCELLED"])]
+    objs += [trainjob("running", "RUNNING"), trainjob("new", None)]
+
+    class Page:
+        def __init__(self, data: dict[str, Any]) -> None:
+            self.data = json.dumps(data).encode()
+
+    def list_call(limit: int, _continue: str | None = None, **_: Any) -> Page:
+        start = int(_continue or 0)
+        more = start + limit < len(objs)
+        meta = {"resourceVersion": "7", **({"continue": str(start + limit)} if more else {})}
+        return Page({"metadata": meta, "items": objs[start : start + limit]})
+
+    seen: list[dict[str, Any]] = []
+    inf = Informer(
+        "trainjobs", list_call, seen.append, page_size=2, index=activity, transform=trim,
+        resync_key=ACTIVE,
+    )  # fmt: skip
+    assert inf._relist() == "7"
+    done = inf.get("ns", "done-1")
+    assert done == {
+        "metadata": {"namespace": "ns", "name": "done-1", "uid": "u-done-1",
+                     "annotations": {"aviflow.dev/submission": "t-done-1"}},
+        "status": {"state": "FAILED"},
+    }  # fmt: skip
+    running = inf.get("ns", "running")
+    assert running is not None and "managedFields" not in running["metadata"]
+    assert running["spec"] == objs[3]["spec"] and running["status"] == objs[3]["status"]
+    assert seen[1] == done  # on_change is handed what the cache keeps
+    assert names(inf.by(ACTIVE)) == ["new", "running"]
+    seen.clear()
+    inf._replay()  # a resync hands back the TrainJobs not finished, not the history
+    assert names(seen) == ["new", "running"]
+    inf._put(("ns", "running"), trim(trainjob("running", "SUCCEEDED")))  # it ends
+    seen.clear()
+    inf._replay()
+    assert names(seen) == ["new"]
+    with pytest.raises(ValueError, match="give an index"):
+        Informer("x", list_call, seen.append, resync_key=ACTIVE)
