@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
 FINAL = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
 ACTIVE = "active"  # the TrainJob index's key of those not finished
-# what the controller reads of a finished TrainJob (reconcile, the ticker, the submissions'
-# sweep: its token annotation, deletion: its uid)
+# what the controller reads of a finished TrainJob: its key, what a change is told by (uid,
+# generation, the cancel annotation, deletionTimestamp), the submissions' sweep its token
 KEPT_METADATA = (
-    "name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp",
-    "deletionTimestamp", "labels", "annotations",
+    "name", "namespace", "uid", "generation", "resourceVersion", "deletionTimestamp",
+    "annotations",
 )  # fmt: skip
 
 
@@ -45,7 +45,8 @@ def activity(cr: Obj) -> list[str]:
 
 def trim(cr: Obj) -> Obj:
     """What the cache keeps of a TrainJob: all but ``managedFields`` (which nothing here
-    reads); of a finished one, its identity, labels, annotations and state alone.
+    reads); of a finished one, its identity, annotations and state alone (about 2 KiB in
+    this process, where the whole object takes 7).
 
     >>> trim({"metadata": {"name": "a", "managedFields": [{}]}, "spec": {"nodes": 2},
     ...       "status": {"state": "SUCCEEDED", "failure": {"traceback": "..."}}})
