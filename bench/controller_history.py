@@ -156,17 +156,17 @@ class ControllerProcess:
         self.counts = work / "controller-counts.json"
         self.counts.unlink(missing_ok=True)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, str(HERE / "_counted_controller.py"),
-                "--settings", str(work / "settings.yaml"), "--kubeconfig", str(kubeconfig),
-                "--resync", str(resync), "--no-leader-elect",
-            ],
-            stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-            env=env,
-        )  # fmt: skip
+        with self.log.open("ab") as out:
+            mark = out.tell()  # this start's lines, not an earlier one's
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, str(HERE / "_counted_controller.py"),
+                    "--settings", str(work / "settings.yaml"), "--kubeconfig", str(kubeconfig),
+                    "--resync", str(resync), "--no-leader-elect",
+                ],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            )  # fmt: skip
         self._seq = 0
-        mark = self.log.stat().st_size  # this start's line, not an earlier one's
 
         def synced() -> bool:
             if self.proc.poll() is not None:
@@ -175,7 +175,11 @@ class ControllerProcess:
                 f.seek(mark)
                 return b"watching TrainJobs" in f.read()
 
-        wait_for(synced, 600, "the controller started", interval=0.05)
+        try:
+            wait_for(synced, 600, "the controller started", interval=0.05)
+        except BaseException:
+            self.stop()
+            raise
         self.start_seconds = time.monotonic() - self.started
 
     def sample(self) -> Sample:
