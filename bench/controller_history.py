@@ -26,7 +26,7 @@ columns). Everything (the cluster, the controller, the work directory) goes at t
 ``--keep`` keeps the work directory (logs). ``--compare CHECKOUT`` also measures another
 checkout's controller (e.g. the main branch's) on the same cluster and history, in turn.
 
-    .venv/bin/python bench/controller_history.py [--history 0,100,1000] [--resyncs 10]
+    .venv/bin/python bench/controller_history.py [--history 0,100,1000] [--resyncs 15]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -518,7 +518,7 @@ def main() -> int:
         help="finished TrainJobs at each measurement, comma-separated (the first: baseline)",
     )
     parser.add_argument("--resync", type=float, default=3.0, help="the controller's, seconds")
-    parser.add_argument("--resyncs", type=int, default=10, help="idle resyncs measured")
+    parser.add_argument("--resyncs", type=int, default=15, help="idle resyncs measured")
     parser.add_argument("--probes", type=int, default=5, help="new jobs per size")
     parser.add_argument("--threads", type=int, default=8, help="making the history")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
