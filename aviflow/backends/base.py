@@ -167,16 +167,20 @@ class Backend(ABC):
         """Record what only this backend can notice (default: nothing); the ids it changed."""
         return []
 
-    def summaries(self, limit: int | None = None) -> list[JobSummary]:
-        """One summary per job, newest first (at most ``limit``). Jobs that cannot be read
-        are left out, so one broken job never breaks a listing."""
-        ids = list(reversed(self.list_ids(None if limit is None else limit + 16)))
+    def summaries(self, limit: int | None = None, user: str | None = None) -> list[JobSummary]:
+        """One summary per job, newest first (at most ``limit``; only ``user``'s jobs if
+        given). Jobs that cannot be read are left out, so one broken job never breaks a
+        listing."""
+        few = limit is not None and user is None
+        ids = list(reversed(self.list_ids(limit + 16 if few and limit is not None else None)))
         out: list[JobSummary] = []
         now = time.time()
         for job_id in ids:
             if limit is not None and len(out) >= limit:
                 break
             try:
+                if user is not None and self.meta(job_id).user != user:
+                    continue
                 out.append(
                     summarize(
                         self.meta(job_id),
