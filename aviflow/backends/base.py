@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aviflow.attempts import summarize
 from aviflow.bundle import CodeBundle
 from aviflow.errors import AviflowError, BackendError
+from aviflow.paging import MAX_PAGE_ROWS, Batch, read_pages
 from aviflow.records import (
-    MAX_PAGE_ROWS,
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -55,7 +54,6 @@ from aviflow.records import (
     Owner,
     QueueQuota,
     TrainerImage,
-    read_pages,
 )
 from aviflow.spec import TrainJob
 

@@ -33,8 +33,8 @@ from urllib.parse import quote, urlencode
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, BackendUnavailable, from_wire
+from aviflow.paging import Batch
 from aviflow.records import (
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,

@@ -65,15 +65,8 @@ from aviflow.operator._observe import (
 )
 from aviflow.operator._orphans import SUBMISSION_GRACE, Submissions
 from aviflow.operator._workqueue import WorkQueue
-from aviflow.records import (
-    CheckpointRef,
-    Event,
-    EventType,
-    FailureInfo,
-    JobState,
-    JobStatus,
-    read_pages,
-)
+from aviflow.paging import read_pages
+from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aviflow.errors import JobNotFound, UnsafeJobFile
+from aviflow.paging import Batch, wire_bytes
 from aviflow.records import (
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -26,7 +26,6 @@ from aviflow.records import (
     JobStatus,
     LogChunk,
     MetricRow,
-    wire_bytes,
 )
 from aviflow.store._data import checkpoint_name, failure_record, metric_row, scan_checkpoints
 from aviflow.store._files import (

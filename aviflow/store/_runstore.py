@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from aviflow.errors import JobNotFound
 from aviflow.names import is_dns1123_label, slugify
-from aviflow.records import CheckpointRef, JobMeta, TrainerImage, read_pages
+from aviflow.paging import read_pages
+from aviflow.records import CheckpointRef, JobMeta, TrainerImage
 from aviflow.store._data import CHECKPOINT_MARKER
 from aviflow.store._files import append_line, atomic_write, is_file, read_lines
 from aviflow.store._logs import tail_bytes

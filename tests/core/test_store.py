@@ -13,17 +13,8 @@ import pytest
 
 from aviflow.bundle import build_bundle
 from aviflow.errors import JobNotFound
-from aviflow.records import (
-    Batch,
-    CheckpointRef,
-    Event,
-    EventType,
-    JobMeta,
-    JobState,
-    JobStatus,
-    read_pages,
-    wire_bytes,
-)
+from aviflow.paging import Batch, read_pages, wire_bytes
+from aviflow.records import CheckpointRef, Event, EventType, JobMeta, JobState, JobStatus
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_lines
 

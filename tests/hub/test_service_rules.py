@@ -23,16 +23,8 @@ from aviflow.errors import (
     SpecError,
     from_wire,
 )
-from aviflow.records import (
-    MAX_PAGE_ROWS,
-    ORIGIN_CLAIM,
-    PAGE_BYTES,
-    PAGE_ROWS,
-    JobState,
-    JobSummary,
-    PendingJob,
-    QueueQuota,
-)
+from aviflow.paging import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS
+from aviflow.records import ORIGIN_CLAIM, JobState, JobSummary, PendingJob, QueueQuota
 from aviflow_hub.authz import READ_SCOPE, Principal
 from aviflow_hub.config import HubConfig
 from aviflow_hub.openapi import _document, operations
