@@ -24,10 +24,10 @@ Optional (defaults here)
 
 Incremental reads take the cursor the previous read returned (``Batch.next``,
 ``LogChunk.next``), so a reader pays for what changed, not for the job's history. Events and
-metrics come in pages: at most ``limit`` records (default :data:`~aviflow.records.PAGE_ROWS`,
-at most :data:`~aviflow.records.MAX_PAGE_ROWS`) and :data:`~aviflow.records.PAGE_BYTES` of
+metrics come in pages: at most ``limit`` records (default :data:`~aviflow.paging.PAGE_ROWS`,
+at most :data:`~aviflow.paging.MAX_PAGE_ROWS`) and :data:`~aviflow.paging.PAGE_BYTES` of
 them as JSON; a page's ``more`` says to read again from its ``next`` at once
-(:func:`~aviflow.records.read_pages` follows them), so no answer grows with the job's history.
+(:func:`~aviflow.paging.read_pages` follows them), so no answer grows with the job's history.
 """
 
 from __future__ import annotations
