@@ -427,6 +427,8 @@ def test_the_control_plane_asks_for_what_it_uses_and_is_probed(render: Render) -
     # the controller's: a hung reconcile would not lose it the Lease, the probe restarts it
     assert probes["controller"]["httpGet"] == {"path": "/healthz", "port": "health"}
     controller = pods["controller"]["containers"][0]
+    # ready once it serves /healthz (a replica waiting for the Lease too): a rollout waits
+    assert controller["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert controller["command"][-4:] == ["--health-host", "$(POD_IP)", "--health-port", "8090"]
     assert controller["ports"] == [{"name": "health", "containerPort": 8090}]
     assert controller["env"][1] == {
