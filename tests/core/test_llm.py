@@ -194,3 +194,12 @@ def test_ddp_trains_and_writes_a_whole_checkpoint(local_backend):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["loss"] < rows[0]["loss"] and math.isfinite(rows[-1]["eval_ppl"])
     assert set(_chunks(job.checkpoint_path()).values()) == {1}
+
+
+def test_the_shipped_llm_spec_asks_for_fsdp_on_two_nodes():
+    from aviflow.spec import TrainJob
+
+    job = TrainJob.load(LLM.with_name("llm.yaml"))
+    assert (job.spec.nodes, job.spec.gpus_per_node) == (2, 2)
+    assert job.spec.accelerate.strategy == "fsdp"
+    assert LLM.with_name(job.spec.script_file).is_file()

@@ -366,3 +366,17 @@ def test_a_strategy_preset_from_the_option_line_reaches_the_spec() -> None:
     assert job.spec.accelerate.fsdp == FsdpSpec(sharding="full", offload=True)
     with pytest.raises(SpecError, match="fsdp options need strategy: fsdp"):
         build_job(parse_train_options("--fsdp-offload"), "pass\n")
+
+
+def test_the_llm_notebook_asks_for_fsdp_through_the_magic() -> None:
+    import nbformat
+
+    from aviflow.examples.notebook import LLM_TRAIN, llm_notebook
+
+    nbformat.validate(nbformat.from_dict(llm_notebook()))
+    line, _, body = LLM_TRAIN.partition("\n")
+    assert line.startswith("%%aviflow_train ")
+    job = build_job(parse_train_options(line.removeprefix("%%aviflow_train ")), body + "\n")
+    assert (job.spec.nodes, job.spec.gpus_per_node) == (2, 2)
+    assert job.spec.accelerate.strategy == "fsdp"
+    assert "from aviflow.examples.llm import main" in job.spec.script
