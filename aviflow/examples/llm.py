@@ -262,7 +262,7 @@ def _fsdp_env(name: str) -> bool:
 
 
 def shard_with_torch_fsdp2(model: Any, mixed_precision: str) -> Any:
-    """``fully_shard`` each decoder layer, then the whole model, with the settings the
+    """``fully_shard`` each transformer layer, then the whole model, with the settings the
     ``fsdp`` preset passed to the ranks (``FSDP_RESHARD_AFTER_FORWARD``,
     ``FSDP_ACTIVATION_CHECKPOINTING``; ``FSDP_OFFLOAD_PARAMS`` changes nothing on a CPU)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -276,7 +276,13 @@ def shard_with_torch_fsdp2(model: Any, mixed_precision: str) -> Any:
         if dtype is not None
         else MixedPrecisionPolicy()
     )
-    for layer in model.model.layers:
+    # each transformer layer its own unit: the classes the model says not to split, as
+    # accelerate's TRANSFORMER_BASED_WRAP picks them
+    unsplit = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in unsplit]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no layers to shard (_no_split_modules)")
+    for layer in layers:
         fully_shard(layer, reshard_after_forward=reshard, mp_policy=policy)
     fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
     return model
