@@ -25,7 +25,8 @@ sample; LLM_MICRO_BATCH [2] samples per rank per forward pass; LLM_GLOBAL_BATCH 
 per optimizer step (gradient accumulation makes up the rest, so a run on fewer ranks
 takes the same steps over the same samples); LLM_LR [3e-3] peak learning rate (warmup, then
 cosine); LLM_EVAL_EVERY [10], LLM_CKPT_EVERY [10] steps; LLM_EVAL_SAMPLES [16]; LLM_HIDDEN
-[64], LLM_LAYERS [2], LLM_HEADS [4] model sizes; LLM_SEED [0].
+[64], LLM_LAYERS [2], LLM_HEADS [4] model sizes; LLM_SEED [0]; LLM_STEP_SLEEP [0] seconds
+added to each step (to pace a demo or a test that stops a rank mid-run).
 
 Metrics (``aviflow.tracker()``): ``loss``, ``lr``, ``samples`` and ``tokens`` (counted over
 all ranks since the run began: tokens/s is their rate), ``eval_loss`` and ``eval_ppl``.
@@ -67,6 +68,7 @@ class Config:
     layers: int = 2
     heads: int = 4
     seed: int = 0
+    step_sleep: float = 0.0
     model: str | None = None
     corpus: str | None = None
 
@@ -85,6 +87,7 @@ class Config:
             layers=_env_int("LLM_LAYERS", 2),
             heads=_env_int("LLM_HEADS", 4),
             seed=_env_int("LLM_SEED", 0),
+            step_sleep=float(os.environ.get("LLM_STEP_SLEEP", "0")),
             model=os.environ.get("LLM_MODEL") or None,
             corpus=os.environ.get("LLM_CORPUS") or None,
         )
@@ -443,6 +446,8 @@ def main() -> None:
         accelerator.log(values, step=step)
         if step % cfg.ckpt_every == 0 or step == cfg.steps:
             aviflow.save_checkpoint(accelerator, step, save=save)
+        if cfg.step_sleep:
+            time.sleep(cfg.step_sleep)
     accelerator.end_training()
     accelerator.print("done")
 

@@ -1,7 +1,7 @@
 """The LLM recipe (aviflow/examples/llm.py): its pure parts, then real jobs on the local
 backend, CPU and gloo: FSDP2 on 2 nodes x 2 processes with the parameters and the checkpoint
-shown to be sharded, a resume of that checkpoint on 1 node at the right step and sample, and
-DDP.
+shown to be sharded, a kill -9 of a rank that the group survives from its sharded checkpoint,
+a resume of that checkpoint on 1 node at the right step and sample, and DDP.
 
 On this machine accelerate runs the fsdp preset's ranks as plain gloo processes, so the
 recipe shards with torch's ``fully_shard`` itself: the tests check the DTensors each rank
@@ -11,12 +11,17 @@ holds and the checkpoint's shards, not the configuration.
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import aviflow
+from aviflow import _procs
 from aviflow.examples import llm
 from aviflow.records import JobState
 
@@ -130,16 +135,45 @@ def _chunks(checkpoint: Path) -> dict[str, int]:
     return {k: len(v.chunks) for k, v in meta.items() if k.startswith("model.")}
 
 
+def _rank_process(job_id: str, rank: int) -> psutil.Process:
+    for proc in _procs.tagged(job_id):
+        env = proc.environ()
+        if env.get("RANK") == str(rank) and "aviflow.runtime.rank" in " ".join(proc.cmdline()):
+            return proc
+    raise LookupError(rank)
+
+
 @pytest.mark.training
-def test_fsdp_on_two_nodes_shards_trains_and_resumes_on_one_node(local_backend):
+def test_fsdp_on_two_nodes_shards_survives_kill_9_and_resumes_on_one_node(local_backend):
     first = aviflow.submit(
-        _job("llm-fsdp", 2, 2, accelerate={"strategy": "fsdp"}), backend=local_backend
+        _job(
+            "llm-fsdp",
+            2,
+            2,
+            env={"LLM_STEP_SLEEP": "0.5"},
+            accelerate={"strategy": "fsdp"},
+            maxRestarts=1,
+        ),
+        backend=local_backend,
     )
+    # kill -9 one rank once the sharded checkpoint of step 4 is complete
+    deadline = time.monotonic() + WAIT
+    while not first.checkpoints():
+        assert time.monotonic() < deadline and not first.status.is_finished(), first.logs(tail=40)
+        time.sleep(0.1)
+    os.kill(_rank_process(first.id, 1).pid, signal.SIGKILL)
     assert first.wait(timeout=WAIT) == JobState.SUCCEEDED, first.logs(tail=40)
-    rows = first.metric_rows()
+    restart = next(e for e in first.events() if e.type == "RESTARTING")
+    assert (restart.attempt, restart.failure.rank) == (1, 1)
+    assert "resumed from step 4 at sample 64" in first.logs(rank=0)
+    logged = first.metric_rows()
+    assert [r["step"] for r in logged if r["attempt"] == 2] == [5, 6, 7, 8]
+    # the run read the sample stream once, in order: each step its own G samples
+    rows = list({r["step"]: r for r in logged}.values())  # the latest attempt's row per step
     assert [r["step"] for r in rows] == list(range(1, 9))
-    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5
+    assert [r["samples"] for r in rows] == [s * G for s in range(1, 9)]
     assert [r["tokens"] for r in rows] == [s * G * SEQ for s in range(1, 9)]
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5
     evals = [r["eval_ppl"] for r in rows if "eval_ppl" in r]
     assert len(evals) == 2 and all(math.isfinite(p) for p in evals) and evals[1] < evals[0]
 
