@@ -35,6 +35,7 @@ from aviflow.store import RunStore
 pytestmark = pytest.mark.timeout(600)
 
 HERE = Path(__file__).resolve().parent
+ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"  # conftest's base_config
 PROMPT = 10.0  # seconds: an answer that does not wait on the stalled backend comes sooner
 SLEEPER = {
     "apiVersion": "aviflow.dev/v1",
@@ -114,7 +115,8 @@ def stalling_hub(
     path = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
     hub = module_hub_factory(cfg, env={"PYTHONPATH": path})
     # alice's job is lead's team's (lead administers it) and any job is root's (hub admin)
-    tokens = {name: hub.token(name) for name in ("alice", "lead", "root")}
+    tokens = {name: hub.token(name) for name in ("alice", "lead")}
+    tokens["root"] = hub.token("root", password=ADMIN_PASSWORD)
     try:
         yield hub, Stalling(directory), tokens
     finally:
