@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from aviflow.attempts import Usage, attempts_from_events, job_info, usage
 from aviflow.backends import Backend
+from aviflow.paging import MAX_PAGE_ROWS, read_pages
 from aviflow.records import (
-    MAX_PAGE_ROWS,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -17,7 +17,6 @@ from aviflow.records import (
     JobState,
     JobStatus,
     MetricRow,
-    read_pages,
 )
 from aviflow.spec import TrainJob
 

@@ -23,7 +23,13 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aviflow._model import StrictModel, explain, storable_problems
-from aviflow._specdefs import GPUS_PER_HGX_NODE, MAX_NODES, MixedPrecision
+from aviflow._specdefs import (
+    GPUS_PER_HGX_NODE,
+    MAX_NODES,
+    FsdpSharding,
+    MixedPrecision,
+    Strategy,
+)
 from aviflow._units import DURATION as _DURATION
 from aviflow._units import parse_duration, parse_quantity
 from aviflow.errors import SpecError
@@ -107,14 +113,70 @@ def _rule(rule: str, message: str) -> dict[str, str]:
     return {"rule": rule, "message": message}
 
 
+class FsdpSpec(StrictModel):
+    """The choices of the ``fsdp`` strategy (FSDP2: ``torch.distributed.fsdp.fully_shard``)."""
+
+    sharding: FsdpSharding = Field(
+        "full",
+        description="full: parameters are resharded after the forward pass (least memory); "
+        "grad-op: they stay whole until the backward pass (more memory, less communication).",
+    )
+    offload: bool = Field(
+        False, description="Keep the sharded parameters and optimizer state in CPU memory."
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        alias="activationCheckpointing",
+        description="Recompute each transformer layer's activations in the backward pass.",
+    )
+
+
 class AccelerateSpec(StrictModel):
+    model_config = ConfigDict(
+        **StrictModel.model_config,
+        json_schema_extra=_schema(
+            **{
+                "x-kubernetes-validations": [
+                    _rule(
+                        "!has(self.fsdp) || (has(self.strategy) && self.strategy == 'fsdp')",
+                        "fsdp options need strategy: fsdp",
+                    ),
+                    _rule(
+                        "!(has(self.strategy) && has(self.configFile))",
+                        "give a strategy or a configFile, not both",
+                    ),
+                ]
+            }
+        ),
+    )
+
     mixed_precision: MixedPrecision = Field("no", alias="mixedPrecision")
+    strategy: Strategy | None = Field(
+        None,
+        description="How the model is spread over the ranks: ddp (a replica on every rank, "
+        "the default) or fsdp (parameters, gradients and optimizer state sharded); rendered to "
+        "the `accelerate launch` arguments.",
+    )
+    fsdp: FsdpSpec | None = Field(None, description="The fsdp strategy's choices.")
     config_file: str | None = Field(
         None,
         alias="configFile",
         description="An `accelerate config` YAML (FSDP, DeepSpeed, ...); passed to `accelerate launch --config_file`.",
         json_schema_extra=_schema(minLength=1, maxLength=4096),
     )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> AccelerateSpec:
+        if self.fsdp is not None and self.strategy != "fsdp":
+            raise ValueError("fsdp options need strategy: fsdp")
+        if self.strategy is not None and self.config_file is not None:
+            raise ValueError("give a strategy or a configFile, not both (the file chooses its own)")
+        return self
+
+    @property
+    def fsdp_options(self) -> FsdpSpec:
+        """The fsdp strategy's choices, defaults where none were given."""
+        return self.fsdp if self.fsdp is not None else FsdpSpec()
 
 
 class CheckpointSpec(StrictModel):

@@ -23,6 +23,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,12 +94,17 @@ def checkpoints() -> list[CheckpointRef]:
     return run_dir().checkpoints()
 
 
-def save_checkpoint(accelerator: Accelerator, step: int) -> Path:
+def save_checkpoint(
+    accelerator: Accelerator, step: int, save: Callable[[Path], object] | None = None
+) -> Path:
     """``accelerator.save_state`` into this job's checkpoint for ``step``; keeps the last K
     (``spec.checkpoints.keepLast``).
 
     Call it on every process. The directory only counts as a checkpoint once every
     process has written its part and the main process has added the marker file.
+    ``save(directory)``, called on every process, writes the state instead of
+    ``save_state`` (e.g. a torch Distributed Checkpoint of a sharded model, each rank its
+    shard: :mod:`aviflow.examples.llm`).
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TypeError(f"aviflow.save_checkpoint: step must be a non-negative int, got {step!r}")
@@ -109,7 +115,10 @@ def save_checkpoint(accelerator: Accelerator, step: int) -> Path:
     if accelerator.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(staging))
+    if save is None:
+        accelerator.save_state(str(staging))
+    else:
+        save(staging)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         shutil.rmtree(final, ignore_errors=True)
@@ -153,14 +162,20 @@ def checkpoint_path(ref: CheckpointRef) -> Path:
     return RunStore(run.store_root).checkpoint_path(ref)
 
 
-def resume(accelerator: Accelerator) -> int | None:
+def resume(accelerator: Accelerator, load: Callable[[Path], object] | None = None) -> int | None:
     """Load the latest checkpoint into ``accelerator`` and return its step (None: start fresh).
 
     This job's own checkpoints come first (a restarted attempt continues where it stopped);
     without any, the job's initial checkpoint (see :func:`init_checkpoint`) is loaded.
+    ``load(directory)`` reads what :func:`save_checkpoint`'s ``save`` wrote instead of
+    ``load_state``.
     """
     latest = latest_checkpoint() or init_checkpoint()
     if latest is None:
         return None
-    accelerator.load_state(str(checkpoint_path(latest)))
+    path = checkpoint_path(latest)
+    if load is None:
+        accelerator.load_state(str(path))
+    else:
+        load(path)
     return latest.step

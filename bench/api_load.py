@@ -5,7 +5,7 @@ A real JupyterHub (configurable-http-proxy, the shared-password login, aviflow-a
 local backend) is started on free ports in a temporary directory. N users each keep what
 their browser keeps open, every ``--period`` seconds (2 s, as the sidebar and the panel):
 
-- the sidebar: ``GET jobs?limit=200`` and ``GET queues`` (what the server extension asks
+- the sidebar: ``GET jobs?limit=200&user=<me>`` and ``GET queues`` (what the server extension asks
   aviflow-api for its feed and its queue bars);
 - the panel of one job: ``GET jobs/{id}/status`` and ``GET jobs/{id}/metrics?since=<cursor>``
   (the team's one real job: every user is an admin of the team, so that each may read it);
@@ -210,12 +210,19 @@ async def call(
 
 
 async def user_loop(
-    http: AsyncHTTPClient, hub: Hub, tok: str, job: str, until: float, period: float, t: Tally
+    http: AsyncHTTPClient,
+    hub: Hub,
+    user: str,
+    tok: str,
+    job: str,
+    until: float,
+    period: float,
+    t: Tally,
 ) -> int:
     cursor, done = 0, 0
     while time.monotonic() < until:
         began = time.monotonic()
-        await call(http, t, hub.api + "jobs?limit=200", tok)
+        await call(http, t, hub.api + f"jobs?limit=200&user={user}", tok)
         await call(http, t, hub.api + "queues", tok)
         await call(http, t, hub.api + f"jobs/{job}/status", tok)
         page = await call(http, t, hub.api + f"jobs/{job}/metrics?since={cursor}", tok)
@@ -239,7 +246,8 @@ async def cell(
     ]
     until = time.monotonic() + seconds
     loops = [
-        user_loop(http, hub, tok, jobs[user], until, period, tally) for user, tok in tokens.items()
+        user_loop(http, hub, user, tok, jobs[user], until, period, tally)
+        for user, tok in tokens.items()
     ]
     got = await asyncio.gather(*burst, *loops)
     submitted = [g["id"] for g in got[: len(burst)] if isinstance(g, dict) and "id" in g]

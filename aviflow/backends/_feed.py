@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from aviflow.attempts import JobInfo, job_info
 from aviflow.errors import AviflowError
-from aviflow.records import MAX_PAGE_ROWS, Event, JobMeta, JobStatus, read_pages
+from aviflow.paging import MAX_PAGE_ROWS, read_pages
+from aviflow.records import Event, JobMeta, JobStatus
 
 if TYPE_CHECKING:
     from aviflow.backends.base import Backend

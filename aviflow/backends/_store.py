@@ -11,19 +11,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from aviflow.errors import BackendError, RequestError
-from aviflow.records import (
-    MAX_PAGE_ROWS,
-    PAGE_BYTES,
-    PAGE_ROWS,
-    Batch,
-    CheckpointRef,
-    Event,
-    FailureInfo,
-    JobMeta,
-    LogChunk,
-    MetricRow,
-    Owner,
-)
+from aviflow.paging import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS, Batch
+from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, LogChunk, MetricRow, Owner
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
 

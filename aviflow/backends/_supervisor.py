@@ -47,7 +47,8 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
-from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus, read_pages
+from aviflow.paging import read_pages
+from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, disk_full, rank_log_share, read_json

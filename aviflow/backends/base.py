@@ -24,10 +24,10 @@ Optional (defaults here)
 
 Incremental reads take the cursor the previous read returned (``Batch.next``,
 ``LogChunk.next``), so a reader pays for what changed, not for the job's history. Events and
-metrics come in pages: at most ``limit`` records (default :data:`~aviflow.records.PAGE_ROWS`,
-at most :data:`~aviflow.records.MAX_PAGE_ROWS`) and :data:`~aviflow.records.PAGE_BYTES` of
+metrics come in pages: at most ``limit`` records (default :data:`~aviflow.paging.PAGE_ROWS`,
+at most :data:`~aviflow.paging.MAX_PAGE_ROWS`) and :data:`~aviflow.paging.PAGE_BYTES` of
 them as JSON; a page's ``more`` says to read again from its ``next`` at once
-(:func:`~aviflow.records.read_pages` follows them), so no answer grows with the job's history.
+(:func:`~aviflow.paging.read_pages` follows them), so no answer grows with the job's history.
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aviflow.attempts import summarize
 from aviflow.bundle import CodeBundle
 from aviflow.errors import AviflowError, BackendError
+from aviflow.paging import MAX_PAGE_ROWS, Batch, read_pages
 from aviflow.records import (
-    MAX_PAGE_ROWS,
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -55,7 +54,6 @@ from aviflow.records import (
     Owner,
     QueueQuota,
     TrainerImage,
-    read_pages,
 )
 from aviflow.spec import TrainJob
 
@@ -167,16 +165,20 @@ class Backend(ABC):
         """Record what only this backend can notice (default: nothing); the ids it changed."""
         return []
 
-    def summaries(self, limit: int | None = None) -> list[JobSummary]:
-        """One summary per job, newest first (at most ``limit``). Jobs that cannot be read
-        are left out, so one broken job never breaks a listing."""
-        ids = list(reversed(self.list_ids(None if limit is None else limit + 16)))
+    def summaries(self, limit: int | None = None, user: str | None = None) -> list[JobSummary]:
+        """One summary per job, newest first (at most ``limit``; only ``user``'s jobs if
+        given). Jobs that cannot be read are left out, so one broken job never breaks a
+        listing."""
+        few = limit is not None and user is None
+        ids = list(reversed(self.list_ids(limit + 16 if few and limit is not None else None)))
         out: list[JobSummary] = []
         now = time.time()
         for job_id in ids:
             if limit is not None and len(out) >= limit:
                 break
             try:
+                if user is not None and self.meta(job_id).user != user:
+                    continue
                 out.append(
                     summarize(
                         self.meta(job_id),

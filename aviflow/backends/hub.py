@@ -33,8 +33,8 @@ from urllib.parse import quote, urlencode
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, BackendUnavailable, from_wire
+from aviflow.paging import Batch
 from aviflow.records import (
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -203,8 +203,8 @@ class HubBackend(Backend):
     def list_ids(self, newest: int | None = None) -> list[str]:
         return [s.id for s in reversed(self.summaries(newest))]
 
-    def summaries(self, limit: int | None = None) -> list[JobSummary]:
-        rows = self.request("GET", "jobs", query={"limit": limit})["jobs"]
+    def summaries(self, limit: int | None = None, user: str | None = None) -> list[JobSummary]:
+        rows = self.request("GET", "jobs", query={"limit": limit, "user": user})["jobs"]
         return [JobSummary.from_dict(r) for r in rows]
 
     def spec(self, job_id: str) -> TrainJob:

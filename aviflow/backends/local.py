@@ -40,15 +40,8 @@ from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, JobNotFound
 from aviflow.images import pick, this_python
 from aviflow.lifecycle import Lifecycle, Lost, Policy
-from aviflow.records import (
-    JobState,
-    JobStatus,
-    Owner,
-    PendingJob,
-    QueueQuota,
-    TrainerImage,
-    read_pages,
-)
+from aviflow.paging import read_pages
+from aviflow.records import JobState, JobStatus, Owner, PendingJob, QueueQuota, TrainerImage
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import (

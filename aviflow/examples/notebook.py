@@ -1,15 +1,21 @@
-"""The example notebook: a short introduction and one ``%%aviflow_train`` cell that trains a
+"""The example notebooks: a short introduction and one ``%%aviflow_train`` cell that trains a
 small model on 2 nodes x 2 GPUs (CPU processes with gloo on the local backend).
 
-One source for the notebook a first login finds in its home directory and for the one the
-JupyterLab launcher card "New training job" creates (pure: nbformat 4 JSON).
+:func:`example_notebook` is the one source for the notebook a first login finds in its home
+directory and for the one the JupyterLab launcher card "New training job" creates;
+:func:`llm_notebook` fine-tunes a language model with FSDP (:mod:`aviflow.examples.llm`).
+Pure: nbformat 4 JSON. ``python -m aviflow.examples.notebook llm > aviflow-llm.ipynb``
+writes one.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any
 
 EXAMPLE_NAME = "aviflow-example.ipynb"
+LLM_EXAMPLE_NAME = "aviflow-llm.ipynb"
 
 INTRO = """\
 # Train on the GPU pool from this notebook
@@ -50,6 +56,24 @@ for step in range(start, 61):
         aviflow.save_checkpoint(accelerator, step)"""
 
 
+LLM_INTRO = """\
+# Fine-tune a language model with FSDP
+
+The cell below runs Aviflow's LLM recipe (`aviflow/examples/llm.py`) on 2 nodes x 2 GPUs
+with `--strategy fsdp`: a Llama-style `transformers` model sharded over the ranks (FSDP2),
+gradient accumulation, eval perplexity and sharded checkpoints that resume on any number of
+nodes (`--resume auto`). By default it trains a tiny model on a corpus it makes itself;
+`--env LLM_MODEL=<hub id or directory>` fine-tunes a real one (`from_pretrained`) and
+`--env LLM_CORPUS=<text file>` trains on your text. The panel charts `loss`, `eval_ppl` and
+the `tokens` counter (tokens/s)."""
+
+LLM_TRAIN = """\
+%%aviflow_train --nodes 2 --gpus-per-node 2 --strategy fsdp --time-limit 20m --name tiny-llm --out job
+from aviflow.examples.llm import main
+
+main()"""
+
+
 def _cell(cell_type: str, source: str, cell_id: str) -> dict[str, Any]:
     cell: dict[str, Any] = {
         "cell_type": cell_type,
@@ -63,8 +87,7 @@ def _cell(cell_type: str, source: str, cell_id: str) -> dict[str, Any]:
     return cell
 
 
-def example_notebook() -> dict[str, Any]:
-    """The example notebook as nbformat 4.5 JSON."""
+def _notebook(intro: str, train: str) -> dict[str, Any]:
     return {
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -73,8 +96,28 @@ def example_notebook() -> dict[str, Any]:
             "language_info": {"name": "python"},
         },
         "cells": [
-            _cell("markdown", INTRO, "aviflow-intro"),
+            _cell("markdown", intro, "aviflow-intro"),
             _cell("code", LOAD, "aviflow-load"),
-            _cell("code", TRAIN, "aviflow-train"),
+            _cell("code", train, "aviflow-train"),
         ],
     }
+
+
+def example_notebook() -> dict[str, Any]:
+    """The example notebook as nbformat 4.5 JSON."""
+    return _notebook(INTRO, TRAIN)
+
+
+def llm_notebook() -> dict[str, Any]:
+    """The LLM fine-tuning notebook as nbformat 4.5 JSON."""
+    return _notebook(LLM_INTRO, LLM_TRAIN)
+
+
+NOTEBOOKS = {"example": example_notebook, "llm": llm_notebook}
+
+
+if __name__ == "__main__":
+    which = sys.argv[1] if len(sys.argv) > 1 else "example"
+    if which not in NOTEBOOKS:
+        sys.exit(f"usage: python -m aviflow.examples.notebook [{'|'.join(NOTEBOOKS)}]")
+    sys.stdout.write(json.dumps(NOTEBOOKS[which](), indent=1) + "\n")

@@ -67,15 +67,8 @@ from aviflow.operator._observe import (
 )
 from aviflow.operator._orphans import SUBMISSION_GRACE, Submissions
 from aviflow.operator._workqueue import WorkQueue
-from aviflow.records import (
-    CheckpointRef,
-    Event,
-    EventType,
-    FailureInfo,
-    JobState,
-    JobStatus,
-    read_pages,
-)
+from aviflow.paging import read_pages
+from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
 
@@ -593,9 +586,17 @@ class Controller:
         return team if isinstance(team, str) and team else None
 
     def _refuse(self, cr: Obj, message: str) -> None:
-        """A TrainJob the controller will not run: FAILED on its status (no run directory)."""
+        """A TrainJob the controller will not run: FAILED on its status (no run directory),
+        and the attempt Jobs it made (one driven before its directory went) deleted, so
+        nothing holds GPUs for it."""
         if (cr.get("status") or {}).get("state") == "FAILED":
             return
+        meta = cr["metadata"]
+        cell = self.cells.get(meta["namespace"])
+        for obj in cell.jobs.by(meta["name"]) if cell is not None else ():
+            owners = obj["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") == meta.get("uid") for o in owners):
+                self._delete_job(meta["namespace"], obj["metadata"]["name"])
         status = JobStatus(JobState.FAILED, 0, message, time.time())
         self._guard()
         try:

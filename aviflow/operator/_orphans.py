@@ -13,11 +13,16 @@ end.
 
 The grace period must be well past what a submission may take (two creates, each at most
 aviflow-api's ``apiTimeout``): ten minutes by default.
+
+Directories written before the marks existed (an upgrade from 0.1) are marked once, by the
+first sweep of a store (:meth:`Submissions.mark_earlier`: every job read once, then a file
+``.pending-marked`` says it was done), so the ones stranded then are found like any other.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 
 from aviflow.k8s import manifests as m
@@ -28,6 +33,7 @@ from aviflow.store import RunDir, RunStore, read_json
 
 log = logging.getLogger("aviflow.operator")
 SUBMISSION_GRACE = 600.0
+MARKED_EARLIER = ".pending-marked"  # in the store's root: earlier directories were marked
 
 
 class Submissions:
@@ -51,6 +57,9 @@ class Submissions:
     def sweep(self, now: float) -> list[str]:
         """Fail every pending submission older than the grace period whose TrainJob does
         not exist; settle those that need nothing. The ids failed."""
+        if not self.store.file(MARKED_EARLIER).exists():
+            self.guard()
+            self.mark_earlier()
         failed = []
         for job_id, marked in self.store.pending():
             if now - marked < self.grace:
@@ -62,6 +71,40 @@ class Submissions:
             except Exception as exc:  # one job's trouble never holds the others; next resync
                 log.warning("pending submission %s not settled: %r", job_id, exc)
         return failed
+
+    def mark_earlier(self) -> list[str]:
+        """Mark pending, as of their submission, the jobs of this controller's namespaces that
+        no TrainJob ever took up (neither bound nor with an event): directories of versions
+        before the marks, whose stranded ones nothing would find otherwise. Once per store;
+        the ids marked."""
+        marked = []
+        for job_id in self.store.ids():
+            try:
+                path = self.store.locate(job_id)
+                if path is None:
+                    continue
+                run = RunDir(path)
+                meta = run.meta()
+                if (
+                    meta.backend != "kubernetes"
+                    or meta.origin.get("namespace") not in self.trainjobs
+                ):
+                    continue
+                mark = self.store.pending_dir / job_id
+                if run.submission_path.exists() or mark.exists():
+                    continue  # written with its mark
+                if (run.path / BINDING).exists() or run.events_path.exists():
+                    continue  # taken up
+                self.store.pending_dir.mkdir(exist_ok=True)
+                mark.touch()
+                os.utime(mark, (meta.submitted, meta.submitted))
+                marked.append(job_id)
+            except Exception as exc:  # one unreadable job never stops the rest
+                log.warning("job %s not checked for a pending submission: %r", job_id, exc)
+        self.store.file(MARKED_EARLIER).touch()
+        if marked:
+            log.info("marked %d earlier submissions pending: %s", len(marked), ", ".join(marked))
+        return marked
 
     def _settle(self, job_id: str, now: float) -> bool:
         path = self.store.locate(job_id)

@@ -6,11 +6,11 @@ Nothing here starts a process; :mod:`aviflow.runtime.__main__` runs what these r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from aviflow.runtime.env import RuntimeEnv, without_runtime
-from aviflow.spec import TrainJob
+from aviflow.spec import AccelerateSpec, TrainJob
 from aviflow.store import RunDir
 
 
@@ -32,15 +32,15 @@ def accelerate_argv(
 ) -> list[str]:
     """``python -m accelerate.commands.launch ...`` for one node."""
     total = node.num_nodes * job.spec.gpus_per_node
+    accelerate = job.spec.accelerate
     argv = [python, "-m", "accelerate.commands.launch"]
     if accelerate_config is not None:
         argv += ["--config_file", str(accelerate_config)]
-        if job.spec.accelerate.mixed_precision != "no":
-            argv += ["--mixed_precision", job.spec.accelerate.mixed_precision]
+        if accelerate.mixed_precision != "no":
+            argv += ["--mixed_precision", accelerate.mixed_precision]
     else:
-        if total > 1:
-            argv.append("--multi_gpu")
-        argv += ["--mixed_precision", job.spec.accelerate.mixed_precision, "--dynamo_backend", "no"]
+        argv += strategy_args(accelerate, total)
+        argv += ["--mixed_precision", accelerate.mixed_precision, "--dynamo_backend", "no"]
     argv += [
         "--num_machines",
         str(node.num_nodes),
@@ -56,6 +56,48 @@ def accelerate_argv(
         *program,
     ]
     return argv
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _ddp_args(accelerate: AccelerateSpec, total: int) -> list[str]:
+    return ["--multi_gpu"] if total > 1 else []
+
+
+def _fsdp_args(accelerate: AccelerateSpec, total: int) -> list[str]:
+    # FSDP2 (fully_shard), each transformer layer its own unit (the model's
+    # ``_no_split_modules``), checkpoints as sharded state (torch Distributed Checkpoint).
+    fsdp = accelerate.fsdp_options
+    return [
+        "--use_fsdp",
+        "--fsdp_version", "2",
+        "--fsdp_reshard_after_forward", _flag(fsdp.sharding == "full"),
+        "--fsdp_offload_params", _flag(fsdp.offload),
+        "--fsdp_activation_checkpointing", _flag(fsdp.activation_checkpointing),
+        "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+        "--fsdp_state_dict_type", "SHARDED_STATE_DICT",
+    ]  # fmt: skip
+
+
+# Each strategy's ``accelerate launch`` arguments (a registry, not a ladder of ifs).
+_STRATEGY_ARGS: dict[str, Callable[[AccelerateSpec, int], list[str]]] = {
+    "ddp": _ddp_args,
+    "fsdp": _fsdp_args,
+}
+
+
+def strategy_args(accelerate: AccelerateSpec, total: int) -> list[str]:
+    """The ``accelerate launch`` arguments of ``spec.accelerate.strategy`` (default ddp) for
+    ``total`` processes.
+
+    On a node without GPUs accelerate takes the fsdp arguments' environment
+    (``ACCELERATE_USE_FSDP``, ``FSDP_*``) to every rank but runs them as plain gloo processes
+    (``DistributedType.MULTI_CPU``): a script then shards with torch's ``fully_shard`` itself,
+    as :mod:`aviflow.examples.llm` does.
+    """
+    return _STRATEGY_ARGS[accelerate.strategy or "ddp"](accelerate, total)
 
 
 def node_env(

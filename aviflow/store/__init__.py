@@ -46,7 +46,7 @@ parses what it read with its types enforced (:mod:`._files`, :mod:`._data`); wri
 symlink either. A refused file is an :class:`~aviflow.errors.UnsafeJobFile`.
 
 Reads are incremental where files grow: :meth:`RunDir.events` and :meth:`RunDir.metrics`
-take a byte-offset cursor and return one page, a :class:`~aviflow.records.Batch`: at most
+take a byte-offset cursor and return one page, a :class:`~aviflow.paging.Batch`: at most
 the rows and the bytes (of records as JSON) asked for, read from at most 8 MiB of the file,
 the cursor to continue from and whether more follows it (``more``; :func:`read_records`);
 :meth:`RunDir.log` reads a tail (from the end) or from an offset, counted in the log as

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aviflow.errors import UnsafeJobFile
-from aviflow.records import Batch
+from aviflow.paging import Batch
 
 MAX_RECORD_BYTES = 1 << 20  # one JSON record a job or the platform wrote (marker, heartbeat...)
 MAX_LINES_READ = 8 << 20  # bytes one incremental read of a JSON-lines file returns at most

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aviflow.errors import JobNotFound, UnsafeJobFile
+from aviflow.paging import Batch, wire_bytes
 from aviflow.records import (
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,
@@ -26,7 +26,6 @@ from aviflow.records import (
     JobStatus,
     LogChunk,
     MetricRow,
-    wire_bytes,
 )
 from aviflow.store._data import checkpoint_name, failure_record, metric_row, scan_checkpoints
 from aviflow.store._files import (
@@ -353,8 +352,8 @@ class RunDir:
         """One page of metric rows from byte ``since`` on (only steps past ``after_step``),
         each with its types enforced: a row with a step, time or attempt of the wrong type is
         skipped. A page holds at most ``rows`` records and ``budget`` bytes of them as JSON
-        (:func:`~aviflow.records.wire_bytes`), read from at most 8 MiB of the file; its
-        ``more`` says to read again from its ``next`` (:func:`~aviflow.records.read_pages`)."""
+        (:func:`~aviflow.paging.wire_bytes`), read from at most 8 MiB of the file; its
+        ``more`` says to read again from its ``next`` (:func:`~aviflow.paging.read_pages`)."""
 
         def parse(obj: dict[str, Any]) -> MetricRow | None:
             row = metric_row(obj)

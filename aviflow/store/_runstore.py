@@ -5,7 +5,9 @@ owns those inside it). A job is created in a staging directory and renamed into 
 when complete, under an id reserved store-wide by a link in ``.ids/``. A job whose driver
 has yet to take it up (a TrainJob to create) is marked in ``.pending/`` until the driver
 :meth:`~RunStore.settle` s it, so a submission that never completed is found by reading the
-marks alone (:meth:`~RunStore.pending`), not every job.
+marks alone (:meth:`~RunStore.pending`), not every job. A staging directory is marked in
+``.staging/`` while it exists; one left by a writer killed mid-create is removed by a later
+create once its mark is an hour old (:meth:`~RunStore.sweep_staging`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from aviflow.errors import JobNotFound
 from aviflow.names import is_dns1123_label, slugify
-from aviflow.records import CheckpointRef, JobMeta, TrainerImage, read_pages
+from aviflow.paging import read_pages
+from aviflow.records import CheckpointRef, JobMeta, TrainerImage
 from aviflow.store._data import CHECKPOINT_MARKER
 from aviflow.store._files import append_line, atomic_write, is_file, read_lines
 from aviflow.store._logs import tail_bytes
@@ -34,6 +37,9 @@ ROOT_ENV = "AVIFLOW_ROOT"
 INDEX_DIR = ".ids"
 INDEX_LOG = ".ids.jsonl"
 PENDING_DIR = ".pending"
+STAGING_DIR = ".staging"
+STAGING_PREFIX = ".staging-"
+STALE_STAGING = 3600.0  # seconds: a staging directory this old was left by a killed writer
 STALE_RESERVATION = 60.0  # seconds: an id reserved this long ago with no directory was left
 
 
@@ -61,6 +67,10 @@ class RunStore:
     @property
     def pending_dir(self) -> Path:
         return self.root / PENDING_DIR
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.root / STAGING_DIR
 
     def file(self, name: str) -> Path:
         """A file of the store itself (``queues.json``, ``.queue.lock``)."""
@@ -256,7 +266,11 @@ class RunStore:
         home = self.user_dir(user)
         home.mkdir(parents=True, exist_ok=True)
         self.index_dir.mkdir(exist_ok=True)
-        staging = Path(os.path.realpath(home)) / f".staging-{secrets.token_hex(8)}"
+        token = secrets.token_hex(8)
+        staging = Path(os.path.realpath(home)) / f"{STAGING_PREFIX}{token}"
+        mark = self.staging_dir / token
+        self.staging_dir.mkdir(exist_ok=True)
+        mark.write_text(home.name)  # before the directory: a writer killed now leaves the mark
         staging.mkdir()
         try:
             for rel, content in files.items():
@@ -306,6 +320,35 @@ class RunStore:
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+            mark.unlink(missing_ok=True)
+            self.sweep_staging(time.time())
+
+    def sweep_staging(self, now: float, older_than: float = STALE_STAGING) -> list[Path]:
+        """Remove the staging directories of creates that never finished (their writer was
+        killed) whose mark is older than ``older_than`` seconds, at the cost of reading the
+        marks alone. The directories removed."""
+        removed: list[Path] = []
+        try:
+            entries = list(os.scandir(self.staging_dir))
+        except OSError:
+            return removed
+        for entry in entries:
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime < older_than:
+                    continue
+                home = Path(entry.path).read_text()
+            except OSError:
+                continue
+            token = entry.name
+            if len(token) != 16 or not all(c in "0123456789abcdef" for c in token):
+                continue  # not a mark this store wrote
+            if is_dns1123_label(home):  # a user's directory, as create() names them
+                left = Path(os.path.realpath(self.root / home)) / f"{STAGING_PREFIX}{token}"
+                if left.is_dir() and not left.is_symlink():
+                    shutil.rmtree(left, ignore_errors=True)
+                    removed.append(left)
+            Path(entry.path).unlink(missing_ok=True)
+        return removed
 
     def _reserve_id(self, slug: str, user_dir: str, wanted: str | None = None) -> str:
         while True:

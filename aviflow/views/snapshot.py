@@ -20,16 +20,8 @@ from typing import Any
 from aviflow.attempts import finished_at, usage_from_events
 from aviflow.backends.base import Backend
 from aviflow.job import Job
-from aviflow.records import (
-    MAX_PAGE_ROWS,
-    CheckpointRef,
-    Event,
-    FailureInfo,
-    JobMeta,
-    JobState,
-    MetricRow,
-    read_pages,
-)
+from aviflow.paging import MAX_PAGE_ROWS, read_pages
+from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
 from aviflow.spec import TrainJob
 
 PRIMARY_METRIC = "loss"

@@ -86,8 +86,10 @@ class JobReads:
     # -- the job list ----------------------------------------------------------------------------
     def _mine(self) -> list[dict[str, Any]]:
         # aviflow-api lists what the token may see (a team admin: the team's jobs); the local
-        # backend, everyone's in its run store. The sidebar shows the caller's own.
-        return [s.to_dict() for s in self.backend.summaries(self.limit) if s.user == self.user]
+        # backend, everyone's in its run store. The sidebar shows the caller's own newest:
+        # asked for by user, so other people's newer jobs never push them out of the list.
+        found = self.backend.summaries(self.limit, user=self.user)
+        return [s.to_dict() for s in found if s.user == self.user]
 
     async def jobs(self, since: int) -> Changes:
         async with self._list_lock:

@@ -11,8 +11,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from aviflow.spec import API_VERSION, KIND, AccelerateSpec, TrainJob, TrainJobSpec
-from aviflow_magics._options import ACCELERATE_FIELDS, SPEC_FIELDS, OptionError, TrainOptions
+from aviflow.spec import API_VERSION, KIND, AccelerateSpec, FsdpSpec, TrainJob, TrainJobSpec
+from aviflow_magics._options import (
+    ACCELERATE_FIELDS,
+    FSDP_FIELDS,
+    SPEC_FIELDS,
+    OptionError,
+    TrainOptions,
+)
 
 DEFAULT_NAME = "notebook"
 # Keys of ``spec`` the cell replaces: the cell body *is* the script.
@@ -72,9 +78,18 @@ def build_job(
         for option, field in ACCELERATE_FIELDS.items()
         if getattr(options, option) is not None
     }
-    if accel_flags:
+    fsdp_flags = {
+        spec_key(FsdpSpec, field): getattr(options, option)
+        for option, field in FSDP_FIELDS.items()
+        if getattr(options, option) is not None
+    }
+    if accel_flags or fsdp_flags:
         key = spec_key(TrainJobSpec, "accelerate")
-        spec[key] = {**(spec.get(key) or {}), **accel_flags}
+        accelerate = {**(spec.get(key) or {}), **accel_flags}
+        if fsdp_flags:
+            fsdp_key = spec_key(AccelerateSpec, "fsdp")
+            accelerate[fsdp_key] = {**(accelerate.get(fsdp_key) or {}), **fsdp_flags}
+        spec[key] = accelerate
     return TrainJob.from_dict(data)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from aviflow._specdefs import GPUS_PER_HGX_NODE, MIXED_PRECISION
+from aviflow._specdefs import FSDP_SHARDING, GPUS_PER_HGX_NODE, MIXED_PRECISION, STRATEGIES
 
 RESUME_MODES = ("auto", "never")
 # Options that set a TrainJob ``spec`` field of the same (Python) name; the spec model gives
@@ -25,7 +25,17 @@ RESUME_MODES = ("auto", "never")
 SPEC_FIELDS = (
     "nodes", "gpus_per_node", "queue", "image", "time_limit", "hang_timeout", "max_restarts",
 )  # fmt: skip
-ACCELERATE_FIELDS = {"mixed_precision": "mixed_precision", "accelerate_config": "config_file"}
+ACCELERATE_FIELDS = {
+    "mixed_precision": "mixed_precision",
+    "strategy": "strategy",
+    "accelerate_config": "config_file",
+}
+# Options that set a ``spec.accelerate.fsdp`` field (FsdpSpec), option name -> field name.
+FSDP_FIELDS = {
+    "fsdp_sharding": "sharding",
+    "fsdp_offload": "offload",
+    "activation_checkpointing": "activation_checkpointing",
+}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -50,6 +60,10 @@ class TrainOptions:
     max_restarts: int | None = None
     resume: str = "never"
     mixed_precision: str | None = None
+    strategy: str | None = None
+    fsdp_sharding: str | None = None
+    fsdp_offload: bool | None = None
+    activation_checkpointing: bool | None = None
     accelerate_config: str | None = None
     spec: str | None = None
     vars: tuple[str, ...] = ()
@@ -127,6 +141,7 @@ Examples:
   %%aviflow_train --vars dataset,config --out job     (ship variables; bind the handle)
   %%aviflow_train --resume auto --max-restarts 2      (continue from this cell's last run)
   %%aviflow_train --resume tiny-3f9a1c2b              (start from that job's checkpoint)
+  %%aviflow_train --strategy fsdp --fsdp-sharding grad-op --activation-checkpointing
   %%aviflow_train --accelerate-config fsdp.yaml --image registry.example.com/trainer:1.0
   %%aviflow_train --dry-run                           (show the spec and GPU-hours only)
   %%aviflow_train --wait --backend local              (block until the job finishes)
@@ -224,6 +239,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="accelerate mixed precision, e.g. --mixed-precision bf16",
     )
     a(
+        "--strategy",
+        choices=STRATEGIES,
+        help="how the model is spread over the ranks: ddp (a replica each, the default) or "
+        "fsdp (sharded), e.g. --strategy fsdp",
+    )
+    a(
+        "--fsdp-sharding",
+        choices=FSDP_SHARDING,
+        help="with --strategy fsdp: full (reshard after forward, least memory) or grad-op, "
+        "e.g. --fsdp-sharding grad-op",
+    )
+    a(
+        "--fsdp-offload",
+        action="store_const",
+        const=True,
+        help="with --strategy fsdp: keep parameters and optimizer state in CPU memory, "
+        "e.g. --fsdp-offload",
+    )
+    a(
+        "--activation-checkpointing",
+        action="store_const",
+        const=True,
+        help="with --strategy fsdp: recompute each layer's activations in the backward pass, "
+        "e.g. --activation-checkpointing",
+    )
+    a(
         "--accelerate-config",
         type=_nonempty,
         metavar="FILE",
@@ -302,6 +343,10 @@ def parse_train_options(line: str) -> TrainOptions:
         max_restarts=ns.max_restarts,
         resume=ns.resume,
         mixed_precision=ns.mixed_precision,
+        strategy=ns.strategy,
+        fsdp_sharding=ns.fsdp_sharding,
+        fsdp_offload=ns.fsdp_offload,
+        activation_checkpointing=ns.activation_checkpointing,
         accelerate_config=ns.accelerate_config,
         spec=ns.spec,
         vars=ns.vars or (),

@@ -103,6 +103,89 @@ def test_accelerate_argv_with_config_file_lets_the_file_choose_the_distributed_t
     ]
 
 
+TAIL = [
+    "--num_machines", "2", "--machine_rank", "1", "--num_processes", "8",
+    "--main_process_ip", "tiny-0.tiny", "--main_process_port", "29500", "--no_python", "PROG",
+]  # fmt: skip
+HEAD = ["/py", "-m", "accelerate.commands.launch"]
+FSDP2 = ["--use_fsdp", "--fsdp_version", "2"]
+WRAP = ["--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"]
+SHARDED = ["--fsdp_state_dict_type", "SHARDED_STATE_DICT"]
+NO_DYNAMO = ["--dynamo_backend", "no"]
+
+
+@pytest.mark.parametrize(
+    ("accelerate", "golden"),
+    [
+        pytest.param(
+            {"strategy": "ddp"},
+            ["--multi_gpu", "--mixed_precision", "no", *NO_DYNAMO],
+            id="ddp",
+        ),
+        pytest.param(
+            {"strategy": "fsdp", "mixedPrecision": "bf16"},
+            [
+                *FSDP2,
+                "--fsdp_reshard_after_forward", "true",
+                "--fsdp_offload_params", "false",
+                "--fsdp_activation_checkpointing", "false",
+                *WRAP, *SHARDED,
+                "--mixed_precision", "bf16", *NO_DYNAMO,
+            ],
+            id="fsdp-defaults",
+        ),
+        pytest.param(
+            {"strategy": "fsdp", "fsdp": {"sharding": "grad-op"}},
+            [
+                *FSDP2,
+                "--fsdp_reshard_after_forward", "false",
+                "--fsdp_offload_params", "false",
+                "--fsdp_activation_checkpointing", "false",
+                *WRAP, *SHARDED,
+                "--mixed_precision", "no", *NO_DYNAMO,
+            ],
+            id="fsdp-grad-op",
+        ),
+        pytest.param(
+            {
+                "strategy": "fsdp",
+                "fsdp": {"sharding": "full", "offload": True, "activationCheckpointing": True},
+            },
+            [
+                *FSDP2,
+                "--fsdp_reshard_after_forward", "true",
+                "--fsdp_offload_params", "true",
+                "--fsdp_activation_checkpointing", "true",
+                *WRAP, *SHARDED,
+                "--mixed_precision", "no", *NO_DYNAMO,
+            ],
+            id="fsdp-offload-activation-checkpointing",
+        ),
+    ],
+)  # fmt: skip
+def test_each_strategy_preset_renders_its_golden_arguments(accelerate, golden):
+    j = job(accelerate=accelerate)
+    assert accelerate_argv("/py", node(), j, ["PROG"], None) == [*HEAD, *golden, *TAIL]
+
+
+def test_no_strategy_is_ddp_and_a_config_file_keeps_its_own():
+    plain = accelerate_argv("/py", node(), job(), ["PROG"], None)
+    assert plain == accelerate_argv(
+        "/py", node(), job(accelerate={"strategy": "ddp"}), ["PROG"], None
+    )
+    own = job(accelerate={"configFile": "fsdp.yaml"})
+    argv = accelerate_argv("/py", node(), own, ["PROG"], Path("/c/fsdp.yaml"))
+    assert argv == [*HEAD, "--config_file", "/c/fsdp.yaml", *TAIL]
+
+
+def test_fsdp_on_one_process_is_still_fsdp():
+    one = RuntimeEnv(run_dir=RUN)
+    argv = accelerate_argv(
+        "/py", one, job(nodes=1, gpusPerNode=1, accelerate={"strategy": "fsdp"}), ["P"], None
+    )
+    assert argv[3:6] == ["--use_fsdp", "--fsdp_version", "2"] and "--multi_gpu" not in argv
+
+
 def test_single_process_is_not_multi_gpu():
     one = RuntimeEnv(run_dir=RUN)
     assert "--multi_gpu" not in accelerate_argv(

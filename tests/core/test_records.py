@@ -134,6 +134,7 @@ def test_an_error_body_without_a_known_class_maps_by_status():
 def test_the_module_examples_run() -> None:
     import doctest
 
-    from aviflow import records
+    from aviflow import paging, records
 
-    assert doctest.testmod(records).failed == 0  # read_pages, wire_bytes, the status keys
+    assert doctest.testmod(records).failed == 0  # the status keys
+    assert doctest.testmod(paging) == (0, 5)  # read_pages, wire_bytes

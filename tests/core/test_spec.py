@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,42 @@ def test_units():
     assert parse_quantity("500m") == 0.5
     with pytest.raises(ValueError):
         parse_duration("")
+
+
+@pytest.mark.parametrize(
+    ("accelerate", "message"),
+    [
+        ({"fsdp": {"offload": True}}, "spec.accelerate: fsdp options need strategy: fsdp"),
+        ({"strategy": "ddp", "fsdp": {}}, "spec.accelerate: fsdp options need strategy: fsdp"),
+        (
+            {"strategy": "fsdp", "configFile": "fsdp.yaml"},
+            "spec.accelerate: give a strategy or a configFile, not both",
+        ),
+        ({"strategy": "zero3"}, "spec.accelerate.strategy: must be 'ddp' or 'fsdp'"),
+        ({"strategy": "fsdp", "fsdp": {"sharding": "hybrid"}}, "spec.accelerate.fsdp.sharding"),
+        ({"strategy": "fsdp", "fsdp": {"ofload": True}}, "did you mean 'offload'?"),
+        ({"strategy": "fsdp", "fsdp": {"offload": "yes"}}, "spec.accelerate.fsdp.offload"),
+    ],
+)
+def test_a_strategy_preset_is_checked_by_the_spec_model(accelerate, message):
+    data = {"metadata": {"name": "x"}, "spec": {"scriptFile": "t.py", "accelerate": accelerate}}
+    with pytest.raises(SpecError, match=re.escape(message)):
+        TrainJob.from_dict(data)
+
+
+def test_a_strategy_preset_round_trips():
+    data = {
+        "metadata": {"name": "x"},
+        "spec": {
+            "scriptFile": "t.py",
+            "accelerate": {"strategy": "fsdp", "fsdp": {"activationCheckpointing": True}},
+        },
+    }
+    job = TrainJob.from_dict(data)
+    assert job.spec.accelerate.fsdp_options.sharding == "full"
+    assert job.to_dict()["spec"]["accelerate"] == {
+        "mixedPrecision": "no",
+        "strategy": "fsdp",
+        "fsdp": {"sharding": "full", "offload": False, "activationCheckpointing": True},
+    }
+    assert TrainJob.from_dict(job.to_dict()) == job

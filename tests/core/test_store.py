@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from aviflow.bundle import build_bundle
 from aviflow.errors import JobNotFound
-from aviflow.records import (
-    Batch,
-    CheckpointRef,
-    Event,
-    EventType,
-    JobMeta,
-    JobState,
-    JobStatus,
-    read_pages,
-    wire_bytes,
-)
+from aviflow.paging import Batch, read_pages, wire_bytes
+from aviflow.records import CheckpointRef, Event, EventType, JobMeta, JobState, JobStatus
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write, read_lines
 
@@ -461,3 +454,38 @@ def test_an_id_reserved_by_a_writer_that_died_is_taken_again_once_stale(tmp_path
     old = os.lstat(link).st_mtime - 120
     os.utime(link, (old, old), follow_symlinks=False)
     assert make(store, job_id="tiny-0000dead").id == "tiny-0000dead"
+
+
+def test_a_staging_directory_left_by_a_killed_writer_is_swept_once_stale(tmp_path):
+    store = RunStore(tmp_path)
+    make(store)
+    child = os.fork()
+    if child == 0:  # a writer killed (-9) halfway through a create: staging written, no id
+        store._reserve_id = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign]
+        make(store)
+        os._exit(3)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    left = [p for p in (tmp_path / "ada").iterdir() if p.name.startswith(".staging-")]
+    marks = list(store.staging_dir.iterdir())
+    assert len(left) == 1 and [m.name for m in marks] == [left[0].name.removeprefix(".staging-")]
+    assert (left[0] / "job.yaml").is_file()
+    # a hostile or broken mark never steers the sweep: a name this store never writes, a
+    # home outside the root, a staging "directory" that is a link
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    (elsewhere / ".staging-00000000000000aa").mkdir(parents=True)
+    (store.staging_dir / "00000000000000aa").write_text(f"../{elsewhere.name}")
+    (store.staging_dir / "not-a-token").write_text("ada")
+    (tmp_path / "ada" / ".staging-00000000000000bb").symlink_to(elsewhere)
+    (store.staging_dir / "00000000000000bb").write_text("ada")
+    make(store)  # another create: the marks are young, a writer may still be at it
+    assert left[0].is_dir()
+    old = time.time() - 3601
+    for mark in store.staging_dir.iterdir():
+        os.utime(mark, (old, old))
+    make(store)
+    assert not left[0].exists()
+    assert (elsewhere / ".staging-00000000000000aa").is_dir()  # outside the root: untouched
+    assert elsewhere.is_dir() and (tmp_path / "ada" / ".staging-00000000000000bb").is_symlink()
+    assert sorted(m.name for m in store.staging_dir.iterdir()) == ["not-a-token"]
+    assert len(store.ids()) == 3

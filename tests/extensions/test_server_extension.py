@@ -251,3 +251,21 @@ def test_an_unreachable_aviflow_api_is_a_503_that_says_so(jupyter_server: Any) -
         assert body["message"].startswith(f"cannot reach aviflow-api at {api}")
     # the server itself keeps serving
     assert server.request("GET", "api/status").status_code == 200
+
+
+def test_other_users_newer_jobs_never_push_mine_out_of_the_list(make_job: Any) -> None:
+    """The sidebar lists my newest ``limit`` jobs, asked for by user: a store (or a team admin's
+    view of aviflow-api) with more newer jobs of other people than the limit still shows mine."""
+    import asyncio
+
+    from aviflow_jupyter.reads import JobReads
+
+    mine = [make_job(JobState.SUCCEEDED, name=f"mine-{i}", user=ME) for i in range(3)]
+    for i in range(4):
+        make_job(JobState.SUCCEEDED, name=f"theirs-{i}", user="mallory")
+    reads = JobReads(backend=lambda: mine[0].backend, user=ME, limit=2)
+    try:
+        listed = asyncio.run(reads.jobs(0))
+    finally:
+        reads.close()
+    assert [j["id"] for j in listed.jobs] == [mine[2].id, mine[1].id]

@@ -256,8 +256,12 @@ def test_install_upgrade_rollback_uninstall(
 
     holder = until(cluster, ns, lease_holder, 120, "a controller leads")
     assert holder.rsplit("_", 1)[0] in controllers, (holder, controllers)
-    for pod in pods_of("controller"):  # each live, at its pod's IP (the liveness probe's)
-        got = requests.get(f"http://{pod['status']['podIP']}:8090/healthz", timeout=30)
+    for pod in pods_of("controller"):  # each live, at its pod's IP (the probes')
+        # the test control plane's agent runs no probes (a pod is Ready once its process
+        # runs): wait for the process to serve, as a readiness probe would
+        healthz = f"http://{pod['status']['podIP']}:8090/healthz"
+        until(cluster, ns, lambda u=healthz: answers(u), 120, f"{pod['metadata']['name']} serves")
+        got = requests.get(healthz, timeout=30)
         assert (got.status_code, got.text) == (200, "ok\n"), pod["metadata"]["name"]
 
     step("the user's address: the proxy's LoadBalancer Service")

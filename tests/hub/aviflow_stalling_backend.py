@@ -26,8 +26,8 @@ from typing import Any
 
 from aviflow.backends.local import LocalBackend
 from aviflow.bundle import CodeBundle
+from aviflow.paging import Batch
 from aviflow.records import (
-    Batch,
     CheckpointRef,
     Event,
     FailureInfo,

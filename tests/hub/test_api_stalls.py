@@ -35,6 +35,7 @@ from aviflow.store import RunStore
 pytestmark = pytest.mark.timeout(600)
 
 HERE = Path(__file__).resolve().parent
+ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"  # conftest's base_config
 PROMPT = 10.0  # seconds: an answer that does not wait on the stalled backend comes sooner
 SLEEPER = {
     "apiVersion": "aviflow.dev/v1",
@@ -50,6 +51,14 @@ BUSY_WRITES = (
     "aviflow-api is busy submitting or cancelling jobs: all 4 of its workers for that are still "
     "in earlier calls, none was free within 2 s; try again in 5 s"
 )
+
+
+def busy_for(user: str, what: str, share: int, workers: int) -> str:
+    return (
+        f"aviflow-api is busy {what} for {user}: {share} calls of yours are still running (one "
+        f"user may hold {share} of its {workers} workers for that), none ended within 2 s; try "
+        "again in 5 s"
+    )
 
 
 def timed(fn: Callable[[], requests.Response]) -> tuple[requests.Response, float]:
@@ -105,7 +114,9 @@ def stalling_hub(
     cfg["api"].pop("local")
     path = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
     hub = module_hub_factory(cfg, env={"PYTHONPATH": path})
-    tokens = {"alice": hub.token("alice")}
+    # alice's job is lead's team's (lead administers it) and any job is root's (hub admin)
+    tokens = {name: hub.token(name) for name in ("alice", "lead")}
+    tokens["root"] = hub.token("root", password=ADMIN_PASSWORD)
     try:
         yield hub, Stalling(directory), tokens
     finally:
@@ -197,24 +208,48 @@ def test_a_stalled_backend_holds_only_the_requests_that_need_it(stalling_hub: An
     stalling.switch("stall", True)
     pool = ThreadPoolExecutor(12)
     try:
+        # alice and lead each hold their half of the reads' 8 workers and of the writes' 4
         reads: list[Future[requests.Response]] = [
-            pool.submit(hub.call, "GET", f"jobs/{job_id}/status", alice) for _ in range(8)
-        ]
-        cancels: list[Future[requests.Response]] = [
-            pool.submit(hub.call, "POST", f"jobs/{job_id}/cancel", alice, json={}) for _ in range(4)
+            pool.submit(hub.call, "GET", f"jobs/{job_id}/status", tokens[who])
+            for who in ("alice", "lead")
+            for _ in range(4)
         ]
         hub.until(lambda: len(stalling.waiting("reads")) == 8, "8 stalled reads")
+        cancels: list[Future[requests.Response]] = [
+            pool.submit(hub.call, "POST", f"jobs/{job_id}/cancel", tokens[who], json={})
+            for who in ("alice", "lead")
+            for _ in range(2)
+        ]
         hub.until(lambda: len(stalling.waiting("writes")) == 4, "4 stalled cancels")
         assert not any(f.done() for f in reads + cancels)
-        # every worker for reads and for writes is held: more of those are refused at once
+        # alice's next read waits for one of hers, lead's share is his: refused, saying so
+        r, took = timed(lambda: hub.call("GET", f"jobs/{job_id}/events", alice))
+        assert (r.status_code, r.json(), r.headers["Retry-After"]) == (
+            503,
+            error(
+                503, "BackendUnavailable", busy_for("alice", "reading jobs from the backend", 4, 8)
+            ),
+            "5",
+        )
+        assert took < PROMPT
+        # every worker for reads and for writes is held: anyone's are refused after the wait
         for path in (f"jobs/{job_id}/events", f"jobs/{job_id}", f"jobs/{job_id}/logs/0"):
-            r, took = timed(lambda p=path: hub.call("GET", p, alice))
+            r, took = timed(lambda p=path: hub.call("GET", p, tokens["root"]))
             assert (r.status_code, r.json()) == (
                 503,
                 error(503, "BackendUnavailable", BUSY_READS),
             )
             assert r.headers["Retry-After"] == "5" and took < PROMPT
         r, took = timed(lambda: hub.call("POST", f"jobs/{job_id}/cancel", alice, json={}))
+        assert (r.status_code, r.json(), r.headers["Retry-After"]) == (
+            503,
+            error(
+                503, "BackendUnavailable", busy_for("alice", "submitting or cancelling jobs", 2, 4)
+            ),
+            "5",
+        )
+        assert took < PROMPT
+        r, took = timed(lambda: hub.call("POST", f"jobs/{job_id}/cancel", tokens["root"], json={}))
         assert (r.status_code, r.json(), r.headers["Retry-After"]) == (
             503,
             error(503, "BackendUnavailable", BUSY_WRITES),
@@ -306,7 +341,7 @@ def silent_cluster_hub(
     }
     hub = module_hub_factory(cfg)
     try:
-        yield hub, server, {"alice": hub.token("alice")}
+        yield hub, server, {name: hub.token(name) for name in ("alice", "lead")}
     finally:
         server.close()
 
@@ -357,9 +392,11 @@ def test_a_silent_api_server_is_a_503_saying_so_and_holds_nothing_else(
         "the ledger has the job",
     )
     with ThreadPoolExecutor(4) as pool:
-        cancels = [
-            pool.submit(timed, lambda: hub.call("POST", f"jobs/{run.id}/cancel", alice, json={}))
-            for _ in range(4)
+        cancels = [  # alice's and her team admin's: each within the half of the lane one may hold
+            pool.submit(
+                timed, lambda t=tokens[who]: hub.call("POST", f"jobs/{run.id}/cancel", t, json={})
+            )
+            for who in ("alice", "alice", "lead", "lead")
         ]
         # while the cancels wait on the API server, the ledger and the run store answer
         for path in ("jobs", "queues", "usage?by=team", f"jobs/{run.id}/status"):

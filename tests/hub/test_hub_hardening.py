@@ -190,7 +190,10 @@ def test_query_parameters_are_checked_and_bounded(
 ) -> None:
     job = jobs["alice"]
     bad = {
-        "jobs": ["limit=-1", "limit=abc", "limit=1e3", "limit=100001", "limit=", "limit=%201"],
+        "jobs": [
+            *("limit=-1", "limit=abc", "limit=1e3", "limit=100001", "limit=", "limit=%201"),
+            *("user=", f"user={'u' * 256}"),
+        ],
         f"jobs/{job}/events": ["since=-1", "since=x", f"since={MAX_CURSOR + 1}", "since=1.5"],
         f"jobs/{job}/metrics": ["since=-5", "afterStep=-1", "afterStep=ten", f"afterStep={10**30}"],
         f"jobs/{job}/logs/0": [
@@ -238,6 +241,14 @@ def test_query_parameters_are_checked_and_bounded(
     for path in good:
         assert real_hub.call("GET", path, tokens["alice"]).status_code == 200, path
     assert real_hub.call("GET", "jobs?limit=0", tokens["alice"]).json() == {"jobs": []}
+
+    # one user's jobs, within what the caller may see: alice's own; nobody else's
+    def listed(who: str) -> list[tuple[str, str]]:
+        rows = real_hub.call("GET", f"jobs?user={who}", tokens["alice"]).json()["jobs"]
+        return [(j["id"], j["user"]) for j in rows]
+
+    assert (job, "alice") in listed("alice") and {u for _, u in listed("alice")} == {"alice"}
+    assert listed("bob") == [] and listed("nobody") == []  # bob's job is not alice's to see
     events = real_hub.call("GET", f"jobs/{job}/events?since={2**40}", tokens["alice"]).json()
     assert events["events"] == []
     # Past what a file can hold the run store's seek fails (EINVAL): a 400, never a 500.

@@ -216,6 +216,12 @@ def test_ledger_equals_event_logs_across_restarts_and_preemptions(
     assert [s.id for s in second.summaries(limit=2)] == [s.id for s in second.summaries()][:2]
     mine = second.summaries(seen=Visibility(False, frozenset({"bob"}), frozenset()))
     assert [s.id for s in mine] == [crashed.id]
+    # one user's, newest first, within what the caller may see (a team's)
+    team_a_seen = Visibility(False, frozenset(), frozenset({"a"}))
+    alices = [s.id for s in second.summaries() if s.user == "alice"]
+    assert alices and [s.id for s in second.summaries(seen=team_a_seen, user="alice")] == alices
+    assert [s.id for s in second.summaries(1, team_a_seen, user="alice")] == alices[:1]
+    assert second.summaries(seen=team_a_seen, user="bob") == []  # bob's are not team a's
     team_a = second.attempts(seen=Visibility(False, frozenset(), frozenset({"a"})))
     assert {a.user for a in team_a} == {"alice", "carol"}
     assert second.state_counts() == {"SUCCEEDED": 2, "FAILED": 1, "CANCELLED": 1}

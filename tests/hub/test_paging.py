@@ -19,7 +19,8 @@ import pytest
 
 from aviflow.backends.hub import HubBackend
 from aviflow.job import Job
-from aviflow.records import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS, MetricRow, wire_bytes
+from aviflow.paging import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS, wire_bytes
+from aviflow.records import MetricRow
 from aviflow.store import RunDir, RunStore
 
 pytestmark = pytest.mark.timeout(600)

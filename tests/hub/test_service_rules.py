@@ -23,16 +23,8 @@ from aviflow.errors import (
     SpecError,
     from_wire,
 )
-from aviflow.records import (
-    MAX_PAGE_ROWS,
-    ORIGIN_CLAIM,
-    PAGE_BYTES,
-    PAGE_ROWS,
-    JobState,
-    JobSummary,
-    PendingJob,
-    QueueQuota,
-)
+from aviflow.paging import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS
+from aviflow.records import ORIGIN_CLAIM, JobState, JobSummary, PendingJob, QueueQuota
 from aviflow_hub.authz import READ_SCOPE, Principal
 from aviflow_hub.config import HubConfig
 from aviflow_hub.openapi import _document, operations
@@ -401,6 +393,46 @@ def test_a_lane_refuses_when_its_workers_are_held_and_frees_them_when_the_calls_
         await asyncio.sleep(0.1)
         assert lane.busy == 0
         assert await lane.run(lambda: "now") == "now"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+        lane.close()
+
+
+def test_one_caller_holds_at_most_half_of_a_lane_and_the_rest_is_everyone_elses() -> None:
+    from aviflow_hub.service.lanes import CALLER, Busy, Lane
+
+    gate = threading.Event()
+    lane = Lane("t", 4, "testing", wait=0.2)
+
+    async def as_(who: str, fn: Any, *args: Any) -> Any:
+        CALLER.set(who)  # as the request's handler does, in the request's own task
+        return await lane.run(fn, *args)
+
+    async def scenario() -> None:
+        hers = [asyncio.ensure_future(as_("mallory", gate.wait, 30)) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        assert (lane.busy, lane.callers()) == (2, {"mallory": 2})
+        with pytest.raises(Busy) as refused:  # her third waits for one of hers, then 503
+            await as_("mallory", lambda: "never")
+        assert str(refused.value) == (
+            "aviflow-api is busy testing for mallory: 2 calls of yours are still running (one "
+            "user may hold 2 of its 4 workers for that), none ended within 0.2 s; try again "
+            "in 5 s"
+        )
+        assert lane.callers() == {"mallory": 2}  # the refused call left nothing behind
+        # everyone else still has the other half
+        assert await as_("alice", lambda: "alice's") == "alice's"
+        assert await lane.run(lambda: "the service's") == "the service's"  # no caller
+        waiting = asyncio.ensure_future(as_("mallory", lambda: "after"))  # waits for hers
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert await waiting == "after"
+        assert [await h for h in hers] == [True, True]
+        await asyncio.sleep(0.1)
+        assert (lane.busy, lane.callers()) == (0, {})
 
     try:
         asyncio.run(scenario())

@@ -321,3 +321,52 @@ def test_a_finished_trainjob_costs_the_controller_nothing(
     pool.start_controller(resync=1)  # nor does a controller that starts afresh read it
     time.sleep(3)
     assert reads == ["no-code"]
+
+
+def test_a_driven_trainjob_whose_directory_went_is_refused_and_its_attempt_deleted(
+    idle_pool: Pool,
+) -> None:
+    """A TrainJob driven before (its attempt's Job made, waiting in Kueue) whose run directory
+    an admin removed: FAILED with the reason, and its attempt Job deleted, so it holds no
+    quota; a Job of the same label that it does not own is left alone."""
+    pool = idle_pool
+    pool.start_controller()
+    b = backend(pool)
+    summary = submit_once(b, Ledger("sqlite://"), JOB, build_bundle(JOB), ALICE)
+    attempt = f"{summary.id}-a1"
+
+    def jobs() -> list[str]:
+        out = pool.cluster.kubectl("get", "jobs", "-n", pool.namespace, "-o", "json").stdout
+        return sorted(
+            j["metadata"]["name"]
+            for j in json.loads(out)["items"]
+            if not j["metadata"].get("deletionTimestamp")
+        )
+
+    wait_for(lambda: jobs() == [attempt], 60, "its first attempt's Job")
+    stranger = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{summary.id}-other",
+            "namespace": pool.namespace,
+            "labels": {"aviflow.dev/job": summary.id, "kueue.x-k8s.io/queue-name": "none"},
+        },
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "none"}]}
+            },
+        },
+    }
+    pool.cluster.kubectl("create", "-f", "-", input=json.dumps(stranger))
+    b.store.remove(summary.id)
+    [cr] = wait_for(
+        lambda: [c for c in trainjobs(pool) if (c.get("status") or {}).get("state") == "FAILED"],
+        60,
+        "the refusal",
+    )
+    assert cr["status"]["message"].startswith(
+        f"job {summary.id}'s run directory is not in the run store"
+    )
+    wait_for(lambda: jobs() == [f"{summary.id}-other"], 30, "its attempt Job deleted")

@@ -4,6 +4,7 @@ the cache and the API server have given as dicts; a second request for a job id 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -96,3 +97,35 @@ def test_a_job_id_another_request_is_writing_is_a_503_to_try_again(tmp_path: Pat
     with pytest.raises(BackendUnavailable, match="p-0000beef is being submitted by another"):
         b.submit(JOB, build_bundle(JOB), Owner("alice"), job_id="p-0000beef")
     assert b.list_ids() == [] and b.store.pending() == []  # no API server was asked
+
+
+def test_directories_from_before_the_marks_are_marked_once_and_swept(tmp_path: Path) -> None:
+    """An upgrade from a version without pending marks: the first sweep marks, as of their
+    submission, the jobs of its namespaces that nothing took up, and fails the old ones."""
+    store = RunStore(tmp_path)
+
+    def earlier(namespace: str = "ml", backend: str = "kubernetes") -> RunDir:
+        run = store.create(JOB, {}, "alice", backend=backend, origin={"namespace": namespace})
+        meta = run.read_json(run.meta_path, {})
+        run.meta_path.write_text(json.dumps({**meta, "submitted": NOW - 3600}))
+        return run
+
+    stranded, taken_up, theirs, local = (
+        earlier(),
+        earlier(),
+        earlier("other"),
+        earlier(backend="local"),
+    )
+    (taken_up.path / "k8s.json").write_text("{}")  # bound by a TrainJob
+    fresh = pending(store, "t-fresh", age=10)  # written with its mark: left as it is
+    sweep = Submissions(store, {"ml": Cache({})}, lambda ns, name: None, lambda: None, 600)
+    assert sweep.sweep(NOW) == [stranded.id]
+    assert stranded.status().state is JobState.FAILED
+    assert [e.type for e in stranded.events().items] == [EventType.QUEUED, EventType.FAILED]
+    for run in (taken_up, theirs, local, fresh):
+        assert run.events().items == [], run.id
+    assert [i for i, _ in store.pending()] == [fresh.id]
+    assert (tmp_path / ".pending-marked").exists()
+    # once per store: a directory like it written now is not marked by later sweeps
+    late = earlier()
+    assert sweep.sweep(NOW) == [] and late.events().items == []

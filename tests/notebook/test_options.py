@@ -68,6 +68,10 @@ def test_help_documents_every_option_with_an_example() -> None:
         "--max-restarts",
         "--resume",
         "--mixed-precision",
+        "--strategy",
+        "--fsdp-sharding",
+        "--fsdp-offload",
+        "--activation-checkpointing",
         "--accelerate-config",
         "--spec",
         "--vars",
@@ -309,9 +313,9 @@ def test_the_magic_options_are_derived_from_the_spec_model() -> None:
     up in the magic without an edit there."""
     import typing
 
-    from aviflow.spec import AccelerateSpec, TrainJobSpec
+    from aviflow.spec import AccelerateSpec, FsdpSpec, TrainJobSpec
     from aviflow_magics._build import spec_key
-    from aviflow_magics._options import ACCELERATE_FIELDS, SPEC_FIELDS, build_parser
+    from aviflow_magics._options import ACCELERATE_FIELDS, FSDP_FIELDS, SPEC_FIELDS, build_parser
 
     choices = next(a.choices for a in build_parser()._actions if a.dest == "mixed_precision")
     assert tuple(choices) == typing.get_args(
@@ -331,5 +335,48 @@ def test_the_magic_options_are_derived_from_the_spec_model() -> None:
     ]
     assert {spec_key(AccelerateSpec, f) for f in ACCELERATE_FIELDS.values()} == {
         "mixedPrecision",
+        "strategy",
         "configFile",
     }
+    strategies = next(a.choices for a in build_parser()._actions if a.dest == "strategy")
+    strategy = AccelerateSpec.model_fields["strategy"].annotation
+    assert tuple(strategies) == typing.get_args(typing.get_args(strategy)[0])
+    sharding = next(a.choices for a in build_parser()._actions if a.dest == "fsdp_sharding")
+    assert tuple(sharding) == typing.get_args(FsdpSpec.model_fields["sharding"].annotation)
+    assert [spec_key(FsdpSpec, f) for f in FSDP_FIELDS.values()] == [
+        "sharding",
+        "offload",
+        "activationCheckpointing",
+    ]
+
+
+def test_a_strategy_preset_from_the_option_line_reaches_the_spec() -> None:
+    from aviflow.errors import SpecError
+    from aviflow.spec import FsdpSpec
+
+    line = "--strategy fsdp --fsdp-sharding grad-op --activation-checkpointing"
+    job = build_job(parse_train_options(line), "print('hi')\n")
+    assert job.to_dict()["spec"]["accelerate"] == {
+        "mixedPrecision": "no",
+        "strategy": "fsdp",
+        "fsdp": {"sharding": "grad-op", "offload": False, "activationCheckpointing": True},
+    }
+    base = {"spec": {"accelerate": {"strategy": "fsdp", "fsdp": {"offload": True}}}}
+    job = build_job(parse_train_options("--fsdp-sharding full"), "pass\n", base=base)
+    assert job.spec.accelerate.fsdp == FsdpSpec(sharding="full", offload=True)
+    with pytest.raises(SpecError, match="fsdp options need strategy: fsdp"):
+        build_job(parse_train_options("--fsdp-offload"), "pass\n")
+
+
+def test_the_llm_notebook_asks_for_fsdp_through_the_magic() -> None:
+    import nbformat
+
+    from aviflow.examples.notebook import LLM_TRAIN, llm_notebook
+
+    nbformat.validate(nbformat.from_dict(llm_notebook()))
+    line, _, body = LLM_TRAIN.partition("\n")
+    assert line.startswith("%%aviflow_train ")
+    job = build_job(parse_train_options(line.removeprefix("%%aviflow_train ")), body + "\n")
+    assert (job.spec.nodes, job.spec.gpus_per_node) == (2, 2)
+    assert job.spec.accelerate.strategy == "fsdp"
+    assert "from aviflow.examples.llm import main" in job.spec.script

@@ -218,10 +218,12 @@ class Ledger:
         seen: Visibility | None = None,
         *,
         unfinished: bool = False,
+        user: str | None = None,
         now: float | None = None,
     ) -> list[JobSummary]:
-        """Jobs newest first (those ``seen`` allows; only unfinished ones if asked), with the
-        GPU-seconds of their attempts (open ones up to ``now``). Unreadable rows are left out."""
+        """Jobs newest first (those ``seen`` allows; only unfinished ones, or ``user``'s, if
+        asked), with the GPU-seconds of their attempts (open ones up to ``now``). Unreadable
+        rows are left out."""
         now = time.time() if now is None else now
         held = func.coalesce(_ATTEMPTS.c.finished, literal(now, Float)) - _ATTEMPTS.c.admitted
         usage = (
@@ -236,6 +238,8 @@ class Ledger:
             )
         if unfinished:
             q = q.where(_JOBS.c.state.not_in(_FINISHED))
+        if user is not None:
+            q = q.where(_JOBS.c.user == user)
         q = q.order_by(_JOBS.c.submitted.desc(), _JOBS.c.job_id.desc())
         if limit is not None:
             q = q.limit(limit)

@@ -40,7 +40,7 @@ from aviflow.records import JobSummary
 from aviflow_hub import authz
 from aviflow_hub.authz import JobRef, Principal
 from aviflow_hub.service.context import ServiceContext
-from aviflow_hub.service.lanes import RETRY_AFTER
+from aviflow_hub.service.lanes import CALLER, RETRY_AFTER
 from aviflow_hub.service.params import check_job_id, parse_int
 
 log = logging.getLogger("aviflow_hub.service")
@@ -184,6 +184,7 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
                 "ask your hub admin to rename the user"
             )
         info = await self.ctx.hub_user(model["name"])
+        CALLER.set(model["name"])  # this request's task: its lanes' calls count as this user's
         self._principal = Principal(
             name=model["name"],
             groups=frozenset(info.get("groups") or ()),

@@ -1,7 +1,8 @@
 """Jobs: list (from the ledger), submit, read one, cancel.
 
 ``GET jobs?limit=N`` lists the jobs the caller may see, newest first, from the ledger (the
-change feed keeps it within a second of the backend). ``POST jobs`` checks the whole request
+change feed keeps it within a second of the backend); ``user=NAME`` keeps that user's (a
+sidebar asks for its user's own: a team admin's newest N are not the team's). ``POST jobs`` checks the whole request
 (:mod:`.submission`; a spec problem is a SpecError), the caller's queue (another team's is
 403; an unknown one, or one too small for the job, a SpecError) and a ``spec.resumeFrom``
 job (one the caller may read, else 404), then submits on the caller's behalf
@@ -24,7 +25,7 @@ from tornado.web import stream_request_body
 from aviflow.attempts import summarize
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
-from aviflow.errors import AccessDenied, SpecError
+from aviflow.errors import AccessDenied, RequestError, SpecError
 from aviflow.names import label_value
 from aviflow.records import JobSummary, Owner
 from aviflow.spec import TrainJob
@@ -48,6 +49,7 @@ TEAM_LABEL = "aviflow.dev/team"
 # A body past MAX_BODY_BYTES is read to its end (and dropped) so the client gets its 413;
 # past this, the connection is closed.
 DRAIN_BYTES = 1 << 30
+MAX_USER_CHARS = 255  # JupyterHub's user name column
 
 
 @stream_request_body
@@ -84,7 +86,12 @@ class JobsHandler(BaseHandler):
     async def get(self) -> None:
         self.require_scope("read")
         limit = self.int_arg("limit", MAX_LIMIT)
-        found = await self.ctx.lanes.ledger.run(self.ctx.ledger.summaries, limit, self.visibility())
+        user = self.get_argument("user", None, strip=False)
+        if user is not None and not 0 < len(user) <= MAX_USER_CHARS:
+            raise RequestError(f"user must be 1 to {MAX_USER_CHARS} characters")
+        found = await self.ctx.lanes.ledger.run(
+            lambda: self.ctx.ledger.summaries(limit, self.visibility(), user=user)
+        )
         self.send_json({"jobs": [s.to_dict() for s in found]})
 
     async def post(self) -> None:

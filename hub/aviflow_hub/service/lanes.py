@@ -22,6 +22,12 @@ worker busy waits up to :data:`WAIT` seconds for one, then is refused with :clas
 503 BackendUnavailable with ``Retry-After`` (the client may try again; nothing was done).
 A stalled call keeps its worker until it returns (a thread cannot be stopped), which the
 backends bound: every Kubernetes call has a timeout (``api.kubernetes.apiTimeout``).
+
+One caller (the hub user whose request the call serves, :data:`CALLER`, set by the request's
+handler) holds at most half of a lane's workers at once; its next call waits for one of its
+own to end, up to the same :data:`WAIT`, then is refused the same way. So one user's many
+tabs, a script that hammers the API, or reads stuck on that user's jobs' files leave the
+other half of every lane to everyone else.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 from aviflow.errors import BackendUnavailable
@@ -41,6 +48,8 @@ READ_WORKERS = 8
 WRITE_WORKERS = 4
 WAIT = 2.0  # seconds a call waits for a worker of its lane before a 503
 RETRY_AFTER = 5  # seconds, in the 503's Retry-After
+# the hub user whose request is being served (set by the handler; None: the service's own)
+CALLER: ContextVar[str | None] = ContextVar("aviflow_api_caller", default=None)
 
 
 class Busy(BackendUnavailable):
@@ -55,8 +64,11 @@ class Lane:
     def __init__(self, name: str, workers: int, what: str, wait: float = WAIT) -> None:
         self.name = name
         self.workers = workers
+        self.per_caller = max(1, workers // 2)  # workers one caller may hold at once
         self.what = what  # "reading jobs from the backend": for the 503's message
         self.wait = wait
+        # caller -> (its semaphore, its calls holding or waiting for it); gone when none
+        self._callers: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix=f"aviflow-api-{name}"
         )
@@ -64,39 +76,78 @@ class Lane:
         self.busy = 0  # calls running now
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in one of this lane's threads (Busy when none is free in time)."""
+        """``fn(*args)`` in one of this lane's threads (Busy when none is free in time, or
+        when the caller's share stays taken by its own earlier calls)."""
         loop = asyncio.get_running_loop()
         if self._free is None:
             self._free = asyncio.Semaphore(self.workers)
         free = self._free
+        deadline = loop.time() + self.wait
+        caller = CALLER.get()
+        own = self._own(caller) if caller is not None else None
+        held_own = held_free = False
         try:
-            await asyncio.wait_for(free.acquire(), self.wait)
-        except TimeoutError:
-            raise Busy(
-                f"aviflow-api is busy {self.what}: all {self.workers} of its workers for that "
-                f"are still in earlier calls, none was free within {self.wait:g} s; try again "
-                f"in {RETRY_AFTER} s"
-            ) from None
+            if own is not None:
+                try:
+                    await asyncio.wait_for(own.acquire(), self.wait)
+                except TimeoutError:
+                    raise Busy(
+                        f"aviflow-api is busy {self.what} for {caller}: {self.per_caller} calls "
+                        f"of yours are still running (one user may hold {self.per_caller} of "
+                        f"its {self.workers} workers for that), none ended within "
+                        f"{self.wait:g} s; try again in {RETRY_AFTER} s"
+                    ) from None
+                held_own = True
+            try:  # what is left of the wait (a moment at least: a free worker is taken at once)
+                await asyncio.wait_for(free.acquire(), max(0.05, deadline - loop.time()))
+            except TimeoutError:
+                raise Busy(
+                    f"aviflow-api is busy {self.what}: all {self.workers} of its workers for "
+                    f"that are still in earlier calls, none was free within {self.wait:g} s; "
+                    f"try again in {RETRY_AFTER} s"
+                ) from None
+            held_free = True
+            future = self._pool.submit(fn, *args)
+        except BaseException:  # refused, the caller gave up, or the pool is closed
+            if held_free:
+                free.release()
+            if held_own and own is not None:
+                own.release()
+            self._leave(caller)
+            raise
         self.busy += 1
 
         def release(_: object) -> None:  # when the thread is done, not when the caller gives up
             def free_one() -> None:
                 self.busy -= 1
                 free.release()
+                if own is not None:
+                    own.release()
+                    self._leave(caller)
 
             try:
                 loop.call_soon_threadsafe(free_one)
             except RuntimeError:  # the loop has closed: the service is stopping
                 pass
 
-        try:
-            future = self._pool.submit(fn, *args)
-        except BaseException:
-            self.busy -= 1
-            free.release()
-            raise
         future.add_done_callback(release)
         return await asyncio.wrap_future(future)
+
+    def _own(self, caller: str) -> asyncio.Semaphore:
+        entry = self._callers.setdefault(caller, (asyncio.Semaphore(self.per_caller), [0]))
+        entry[1][0] += 1
+        return entry[0]
+
+    def _leave(self, caller: str | None) -> None:
+        entry = self._callers.get(caller) if caller is not None else None
+        if entry is not None:
+            entry[1][0] -= 1
+            if entry[1][0] <= 0:
+                del self._callers[caller]  # type: ignore[arg-type]
+
+    def callers(self) -> dict[str, int]:
+        """Calls of each caller holding or waiting for a worker of this lane."""
+        return {c: n[0] for c, (_, n) in self._callers.items()}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

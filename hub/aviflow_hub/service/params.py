@@ -20,7 +20,7 @@ from __future__ import annotations
 from aviflow._model import short
 from aviflow.errors import JobNotFound, RequestError
 from aviflow.names import is_dns1123_label
-from aviflow.records import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS
+from aviflow.paging import MAX_PAGE_ROWS, PAGE_BYTES, PAGE_ROWS
 from aviflow.store import MAX_TAIL_LINES
 
 MAX_RANK = 4095

@@ -1,8 +1,8 @@
 """The parts of one job, read from the backend incrementally.
 
 ``status``; ``events?since=N&limit=L`` and ``metrics?since=N&afterStep=S&limit=L``, one page
-each: at most ``limit`` records (default :data:`~aviflow.records.PAGE_ROWS`, 1 to
-:data:`~aviflow.records.MAX_PAGE_ROWS`) and :data:`~aviflow.records.PAGE_BYTES` of them as
+each: at most ``limit`` records (default :data:`~aviflow.paging.PAGE_ROWS`, 1 to
+:data:`~aviflow.paging.MAX_PAGE_ROWS`) and :data:`~aviflow.paging.PAGE_BYTES` of them as
 JSON, ``{"events"|"rows": [...], "next": N, "more": true|false}``: ``next`` is the cursor to
 pass as ``since`` next time, ``more`` says to do so at once (a million logged rows never make
 one answer); ``logs`` (ranks with a log) and ``logs/{rank}?tail=N|offset=B`` (a
