@@ -1,8 +1,8 @@
 """Bring a ledger database an earlier version created up to the current tables.
 
 Only additive changes, so no migration framework: a column the models declare but the table
-lacks is added (nullable), and on PostgreSQL a ``VARCHAR(n)`` column the models now declare
-``Text`` is widened. Running it again finds nothing to do.
+lacks is added (nullable), an index it lacks is created, and on PostgreSQL a ``VARCHAR(n)``
+column the models now declare ``Text`` is widened. Running it again finds nothing to do.
 
 >>> from sqlalchemy import create_engine
 >>> engine = create_engine("sqlite://")
@@ -17,6 +17,7 @@ import logging
 
 from sqlalchemy import String, Text, inspect, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.schema import CreateIndex
 
 from aviflow_hub.ledger.models import Base
 
@@ -47,6 +48,11 @@ def pending(engine: Engine) -> list[str]:
                 and getattr(have, "length", None) is not None
             ):
                 out.append(f"ALTER TABLE {name} ALTER COLUMN {quote(column.name)} TYPE TEXT")
+        indexed = {i["name"] for i in found.get_indexes(table.name)}
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            if index.name not in indexed:
+                made = CreateIndex(index, if_not_exists=True).compile(dialect=engine.dialect)
+                out.append(str(made).strip())
     return out
 
 

@@ -42,6 +42,7 @@ _FINISHED = [s.value for s in JobState if s.is_finished()]
 _JOBS = JobRow.__table__
 _ATTEMPTS = AttemptRow.__table__
 _KEYS = SubmissionKeyRow.__table__
+USAGE_BATCH = 500  # job ids per query when summing a listing's GPU-seconds
 KEY_SECONDS = 24 * 3600.0  # how long a submission's Idempotency-Key names its job
 
 
@@ -226,12 +227,8 @@ class Ledger:
         rows are left out."""
         now = time.time() if now is None else now
         held = func.coalesce(_ATTEMPTS.c.finished, literal(now, Float)) - _ATTEMPTS.c.admitted
-        usage = (
-            select(_ATTEMPTS.c.job_id, func.sum(_ATTEMPTS.c.gpus * held).label("gpu_seconds"))
-            .group_by(_ATTEMPTS.c.job_id)
-            .subquery()
-        )
-        q = select(_JOBS, usage.c.gpu_seconds).outerjoin(usage, usage.c.job_id == _JOBS.c.job_id)
+        gpu_seconds = func.sum(_ATTEMPTS.c.gpus * held).label("gpu_seconds")
+        q = select(_JOBS)
         if seen is not None and not seen.everything:
             q = q.where(
                 or_(_JOBS.c.user.in_(sorted(seen.users)), _JOBS.c.team.in_(sorted(seen.teams)))
@@ -244,7 +241,20 @@ class Ledger:
         if limit is not None:
             q = q.limit(limit)
         with self.engine.connect() as conn:
-            rows = list(conn.execute(q).mappings())
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+            # the GPU-seconds of the jobs listed only (a page costs its jobs' attempts, never
+            # the whole history's), in batches the database's parameter limits allow
+            ids = [r["job_id"] for r in rows]
+            used: dict[str, float] = {}
+            for at in range(0, len(ids), USAGE_BATCH):
+                batch = ids[at : at + USAGE_BATCH]
+                summed = select(_ATTEMPTS.c.job_id, gpu_seconds).where(
+                    _ATTEMPTS.c.job_id.in_(batch)
+                )
+                for job_id, seconds in conn.execute(summed.group_by(_ATTEMPTS.c.job_id)):
+                    used[job_id] = seconds
+        for r in rows:
+            r["gpu_seconds"] = used.get(r["job_id"])
         return self._readable(rows, _summary)
 
     def job(self, job_id: str, now: float | None = None) -> JobSummary | None:
