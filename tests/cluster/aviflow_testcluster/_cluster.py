@@ -642,7 +642,6 @@ class Cluster:
         deadline = time.monotonic() + timeout
         with self.api_client() as api:
             core = client.CoreV1Api(api)
-            co = client.CustomObjectsApi(api)
 
             def nodes_ready() -> bool:
                 self._check_all()
@@ -663,45 +662,60 @@ class Cluster:
                 "default ServiceAccount",
             )
 
-            def webhook_ok() -> bool:
-                self._check_all()
+            self._wait_kueue_serving(api, deadline)
+
+    def _wait_kueue_serving(self, api, deadline: float) -> None:
+        """Kueue's webhooks answering a dry-run and its visibility APIServices Available
+        (Kueue starts its visibility server after /readyz answers)."""
+        from kubernetes import client
+
+        co = client.CustomObjectsApi(api)
+
+        def webhook_ok() -> bool:
+            self._check_all()
+            try:
+                co.create_cluster_custom_object(
+                    "kueue.x-k8s.io",
+                    "v1beta2",
+                    "clusterqueues",
+                    {
+                        "apiVersion": "kueue.x-k8s.io/v1beta2",
+                        "kind": "ClusterQueue",
+                        "metadata": {"name": "readiness-probe"},
+                        "spec": {},
+                    },
+                    dry_run="All",
+                )
+                return True
+            except client.ApiException:
+                return False
+
+        _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
+
+        reg = client.ApiregistrationV1Api(api)
+
+        def api_services_available() -> bool:
+            self._check_all()
+            for name in self.api_services:
+                st = reg.read_api_service_status(name).status
+                if not any(
+                    c.type == "Available" and c.status == "True"
+                    for c in (st.conditions or [] if st else [])
+                ):
+                    return False
+                # and served now (the condition lags a restarted Kueue by seconds)
+                version, _, group = name.partition(".")
                 try:
-                    co.create_cluster_custom_object(
-                        "kueue.x-k8s.io",
-                        "v1beta2",
-                        "clusterqueues",
-                        {
-                            "apiVersion": "kueue.x-k8s.io/v1beta2",
-                            "kind": "ClusterQueue",
-                            "metadata": {"name": "readiness-probe"},
-                            "spec": {},
-                        },
-                        dry_run="All",
-                    )
-                    return True
+                    co.get_api_resources(group, version)
                 except client.ApiException:
                     return False
+            return True
 
-            _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
-
-            reg = client.ApiregistrationV1Api(api)
-
-            def api_services_available() -> bool:
-                self._check_all()
-                for name in self.api_services:
-                    st = reg.read_api_service_status(name).status
-                    if not any(
-                        c.type == "Available" and c.status == "True"
-                        for c in (st.conditions or [] if st else [])
-                    ):
-                        return False
-                return True
-
-            _wait(
-                api_services_available,
-                deadline - time.monotonic(),
-                "Kueue visibility APIServices Available",
-            )
+        _wait(
+            api_services_available,
+            deadline - time.monotonic(),
+            "Kueue visibility APIServices Available",
+        )
 
     # ------------------------------------------------------- fault injection
     def kill(self, name: str) -> None:
@@ -732,6 +746,13 @@ class Cluster:
         argv, env = self._spawned[name]
         self._spawn(name, argv, env)
         self.wait_healthy(name, timeout)
+        if name == "kueue":  # a fault before its visibility server is up would end it
+            with self.api_client() as api:
+                self._wait_kueue_serving(api, time.monotonic() + timeout)
+
+    def dead(self) -> list[str]:
+        """The components whose process has exited (none, on a healthy cluster)."""
+        return [n for n, p in self._popen.items() if p.poll() is not None]
 
     def wait_healthy(self, name: str, timeout: float = 120) -> None:
         """Until component ``name``'s health endpoint answers 200 (raises if it exits)."""
