@@ -33,3 +33,7 @@ class AviflowTracker(GeneralTracker):  # type: ignore[misc]  # accelerate is unt
         numeric = {k: v for k, v in values.items() if not isinstance(v, dict | list)}
         if numeric:
             tracking.log(numeric, step=step if step is not None else 0)
+
+    @on_main_process  # type: ignore[untyped-decorator]
+    def finish(self) -> None:
+        tracking.flush()  # rows held while the run store was full, if it takes them now

@@ -23,13 +23,14 @@ import math
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aviflow.records import CheckpointRef, MetricRow
 from aviflow.runtime.env import RuntimeEnv, process_rank
-from aviflow.store import CHECKPOINT_MARKER, RunDir, RunStore, atomic_write
+from aviflow.store import CHECKPOINT_MARKER, RunDir, RunStore, atomic_write, disk_full, out_of_space
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -72,7 +73,49 @@ def log(values: dict[str, Any], step: int) -> None:
     )
     run = RunDir(node.run_dir)
     run.path.mkdir(parents=True, exist_ok=True)
-    run.append_metric(row)
+    _HELD.write(run, row)
+
+
+MAX_HELD_ROWS = 100_000
+
+
+class _HeldRows:
+    """Metric rows a full run store could not take, held in this process in order and
+    written, before the next row, once it takes bytes again: a store full for a while costs
+    no rows and stops no training. Beyond :data:`MAX_HELD_ROWS` the oldest go (counted)."""
+
+    def __init__(self) -> None:
+        self.rows: deque[tuple[RunDir, MetricRow]] = deque()
+        self.dropped = 0
+
+    def write(self, run: RunDir, row: MetricRow) -> None:
+        self.rows.append((run, row))
+        self.flush()
+        while len(self.rows) > MAX_HELD_ROWS:
+            self.rows.popleft()
+            self.dropped += 1
+
+    def flush(self) -> bool:
+        """Write what is held; False when the store is still full (the rest stays held)."""
+        while self.rows:
+            run, row = self.rows[0]
+            try:
+                run.append_metric(row)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                return False
+            self.rows.popleft()
+        return True
+
+
+_HELD = _HeldRows()
+
+
+def flush() -> bool:
+    """Write the metric rows held while the run store was full (the tracker's ``finish``
+    calls it); False when some are still held."""
+    return _HELD.flush()
 
 
 def tracker() -> GeneralTracker:
@@ -96,15 +139,20 @@ def checkpoints() -> list[CheckpointRef]:
 
 def save_checkpoint(
     accelerator: Accelerator, step: int, save: Callable[[Path], object] | None = None
-) -> Path:
+) -> Path | None:
     """``accelerator.save_state`` into this job's checkpoint for ``step``; keeps the last K
-    (``spec.checkpoints.keepLast``).
+    (``spec.checkpoints.keepLast``). Returns the checkpoint's directory.
 
     Call it on every process. The directory only counts as a checkpoint once every
     process has written its part and the main process has added the marker file.
     ``save(directory)``, called on every process, writes the state instead of
     ``save_state`` (e.g. a torch Distributed Checkpoint of a sharded model, each rank its
     shard: :mod:`aviflow.examples.llm`).
+
+    On a full run store (no space left, or over quota) the checkpoint is skipped: what was
+    written of it is removed, the previous checkpoint stays the latest, the main process's
+    log says so and it returns None (every process does, when one could not write its
+    part); the training goes on, and the next checkpoint is tried as usual.
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TypeError(f"aviflow.save_checkpoint: step must be a non-negative int, got {step!r}")
@@ -115,21 +163,54 @@ def save_checkpoint(
     if accelerator.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
     accelerator.wait_for_everyone()
-    if save is None:
-        accelerator.save_state(str(staging))
-    else:
-        save(staging)
+    full = False
+    try:
+        if save is None:
+            accelerator.save_state(str(staging))
+        else:
+            save(staging)
+    except Exception as exc:  # torch.save and safetensors wrap the OS error
+        if not out_of_space(exc, run.checkpoints_dir):
+            raise
+        full = True
     accelerator.wait_for_everyone()
+    full = _any_process(accelerator, full)  # one rank's part missing: no checkpoint
+    if accelerator.is_main_process and not full:
+        try:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(staging, final)
+            marker = {"step": step, "time": time.time(), "attempt": node.attempt}
+            atomic_write(final / CHECKPOINT_MARKER, json.dumps(marker))
+        except OSError as exc:
+            if not out_of_space(exc, run.checkpoints_dir):
+                raise
+            full = True
+    if full:
+        if accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not (final / CHECKPOINT_MARKER).is_file():
+                shutil.rmtree(final, ignore_errors=True)
+            accelerator.print(
+                f"aviflow: checkpoint {step} not saved: the run store is full; training goes on"
+            )
+        accelerator.wait_for_everyone()
+        return None
     if accelerator.is_main_process:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(staging, final)
-        marker = {"step": step, "time": time.time(), "attempt": node.attempt}
-        atomic_write(final / CHECKPOINT_MARKER, json.dumps(marker))
         complete = run.checkpoints()
         for old in complete[: max(0, len(complete) - node.keep_last)]:
             shutil.rmtree(run.checkpoint_dir(old.step), ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def _any_process(accelerator: Accelerator, flag: bool) -> bool:
+    """Whether ``flag`` is true on any process (a collective: every process calls it)."""
+    if accelerator.num_processes == 1:
+        return flag
+    import torch
+
+    count = torch.tensor([1 if flag else 0], device=accelerator.device)
+    return bool(accelerator.reduce(count, reduction="sum").item())
 
 
 def latest_checkpoint() -> CheckpointRef | None:

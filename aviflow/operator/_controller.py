@@ -70,7 +70,7 @@ from aviflow.operator._workqueue import WorkQueue
 from aviflow.paging import read_pages
 from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore
+from aviflow.store import RunDir, RunStore, disk_full
 
 log = logging.getLogger("aviflow.operator")
 DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time limit
@@ -137,6 +137,7 @@ class Controller:
         self._position_cache: dict[tuple[str, str], tuple[float, dict[str, int]]] = {}
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
         self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
+        self._full: dict[str, float] = {}  # TrainJob key -> since when the store refused it
 
     # -- running ---------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> None:
@@ -222,8 +223,25 @@ class Controller:
                 self.reconcile(key)
             except Deposed:
                 log.warning("not reconciling %s: this controller no longer leads", key)
+            except OSError as exc:
+                if not disk_full(exc):
+                    log.exception("reconcile of %s failed", key)
+                elif key not in self._full:
+                    self._full[key] = time.monotonic()
+                    log.warning(
+                        "the run store is full (%s): %s's events and status wait, in order, "
+                        "and are tried again every tick until it takes bytes again",
+                        exc.strerror or exc, key,
+                    )  # fmt: skip
             except Exception:  # one job's trouble never stops the others; retried on tick
                 log.exception("reconcile of %s failed", key)
+            else:
+                since = self._full.pop(key, None)
+                if since is not None:
+                    waited = time.monotonic() - since
+                    log.warning(
+                        "the run store takes bytes again: %s recorded after %.0f s", key, waited
+                    )
             finally:
                 self.queue.done(key)
 
@@ -328,8 +346,7 @@ class Controller:
                 break
         if events:
             self._guard()
-            for ev in events:
-                run.append_event(ev)
+            run.append_events(events)  # all or none: a full store keeps none of them
             self._cross_check(job_id, lc.events, events)
         for action in actions:
             self._carry_out(cell, action, job, ref, lc, run, snap)

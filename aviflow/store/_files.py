@@ -444,6 +444,33 @@ def disk_full(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+# what libraries that wrap the OS error say instead (safetensors: "No space left on device
+# (os error 28)"); torch.save says nothing of it ("unexpected pos ...")
+_FULL_WORDS = ("no space left on device", "disk quota exceeded", "os error 28", "os error 122")
+LOW_SPACE = 1 << 20  # bytes: a file system with less left to a user is full to them
+
+
+def out_of_space(exc: BaseException, path: Path) -> bool:
+    """Whether ``exc``, raised while writing under ``path``, came from a full run store: an
+    ENOSPC or EDQUOT :class:`OSError` in its chain, words that say so, or -- for a library
+    that says nothing of it -- less than :data:`LOW_SPACE` left to this user on ``path``'s
+    file system now (a write that filled it leaves it so until its partial file goes)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and disk_full(cause):
+            return True
+        if any(words in str(cause).lower() for words in _FULL_WORDS):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < LOW_SPACE
+
+
 def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that a reader sees the old or the new file, whole.
     No symlink is followed (the target itself is replaced, never written through), nor any
@@ -485,7 +512,15 @@ def append_line(path: Path, obj: dict[str, Any], *, beneath: Path | None = None)
     so it stays a bad line of its own instead of swallowing this one; a write the disk
     cannot take whole (ENOSPC, EDQUOT) is taken back and raises, leaving the file as it
     was."""
-    line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    append_lines(path, [obj], beneath=beneath)
+
+
+def append_lines(path: Path, objs: list[dict[str, Any]], *, beneath: Path | None = None) -> None:
+    """:func:`append_line` for several lines at once: one ``write``, so that all of them land
+    or none does (a full disk never keeps the first of two events that belong together)."""
+    if not objs:
+        return
+    line = b"".join((json.dumps(o, separators=(",", ":")) + "\n").encode() for o in objs)
     with _parent(path, beneath) as dir_fd:
         try:
             fd = os.open(

@@ -30,6 +30,7 @@ from aviflow.records import (
 from aviflow.store._data import checkpoint_name, failure_record, metric_row, scan_checkpoints
 from aviflow.store._files import (
     append_line,
+    append_lines,
     atomic_write,
     is_file,
     list_names,
@@ -328,11 +329,16 @@ class RunDir:
     def append_event(self, event: Event) -> None:
         append_line(self.events_path, event.to_dict(), beneath=self.path)
 
+    def append_events(self, events: list[Event]) -> None:
+        """Append ``events`` in one write: all of them or, on a full disk, none (events
+        that belong together, such as RESTARTING and QUEUED, never land one without the
+        other)."""
+        append_lines(self.events_path, [e.to_dict() for e in events], beneath=self.path)
+
     def record(self, events: list[Event], status: JobStatus) -> None:
-        """Append ``events``, then rewrite the status they lead to (events first: a reader that
-        sees the new status finds its events)."""
-        for event in events:
-            self.append_event(event)
+        """Append ``events`` (in one write), then rewrite the status they lead to (events
+        first: a reader that sees the new status finds its events)."""
+        self.append_events(events)
         self.write_status(status)
 
     def events(

@@ -258,3 +258,44 @@ def test_proxy_close_resets_open_connections(proxy_loop):
         upstream.close()
     finally:
         backend.close()
+
+
+# ------------------------------------------------------------------ pod status
+def test_a_status_the_api_server_did_not_take_is_sent_again_until_it_does(tmp_path):
+    """A pod that ends while the API server is away (killed, restarting) must not stay
+    Running for ever: as the kubelet's status manager, the agent sends it again."""
+    from types import SimpleNamespace
+
+    from urllib3.exceptions import MaxRetryError
+
+    from aviflow_testcluster._agent_pod import PodRunner
+
+    sent: list[str] = []
+    away = [True]
+
+    def patch(name, namespace, body, **kw):
+        if away[0]:
+            raise MaxRetryError(None, "/api/v1/...", "Connection refused")
+        sent.append(body["status"]["phase"])
+
+    agent = SimpleNamespace(
+        core=SimpleNamespace(patch_namespaced_pod_status=patch),
+        pods_dir=tmp_path,
+        args=SimpleNamespace(cluster_id="c1"),
+    )
+    pod = {
+        "metadata": {"uid": "u1", "name": "p", "namespace": "ns"},
+        "spec": {"containers": [{"name": "main"}]},
+    }
+    runner = PodRunner(agent, pod)  # type: ignore[arg-type]
+    runner.phase = "Succeeded"
+    runner.patch_status()  # no exception: the pod's runner goes on
+    assert runner.status_unsent and sent == []
+    runner.resend_status()  # within a second of the last try: not yet
+    assert sent == []
+    away[0] = False
+    runner.status_tried -= 1.0
+    runner.resend_status()
+    assert sent == ["Succeeded"] and not runner.status_unsent
+    runner.resend_status()  # taken: nothing more to send
+    assert sent == ["Succeeded"]

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -114,3 +117,126 @@ def test_a_full_store_holds_the_supervisors_records_until_space_returns(
 def _alive(run: RunDir) -> bool:
     pid = json.loads(run.supervisor_info.read_text())["pid"]
     return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
+# -- what a job's own processes write: they train on through a full store -------------------
+def test_a_batch_of_events_lands_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:
+    """RESTARTING without its QUEUED would leave a job the controller cannot go on with: a
+    disk that takes the first line of a batch but not the second keeps neither."""
+    from aviflow.records import Event
+    from aviflow.store import _files
+
+    run = RunDir(tmp_path)
+    run.append_event(Event(EventType.QUEUED, 0, "", 1.0))
+    before = run.events_path.read_bytes()
+    short = SimpleNamespace(**vars(os))  # this module's os, whose writes take 90 bytes
+    short.write = lambda fd, data: os.write(fd, bytes(data)[:90])
+    monkeypatch.setattr(_files, "os", short)
+    batch = [
+        Event(EventType.RESTARTING, 1, "rank 0 failed", 2.0),
+        Event(EventType.QUEUED, 1, "", 2.0),
+    ]
+    with pytest.raises(OSError, match="nothing appended") as raised:
+        run.append_events(batch)
+    assert raised.value.errno == errno.ENOSPC
+    assert run.events_path.read_bytes() == before
+    monkeypatch.setattr(_files, "os", os)
+    run.append_events(batch)
+    assert [e.type for e in run.events().items] == [EventType.QUEUED, *[e.type for e in batch]]
+
+
+def test_a_ranks_output_on_a_full_disk_is_dropped_counted_and_said(tmp_path: Path) -> None:
+    from aviflow.runtime._output import LogWriter
+
+    full = os.open("/dev/full", os.O_WRONLY)
+    log = tmp_path / "rank-0.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        writer = LogWriter(full)
+        assert writer.write(b"lost line\n") == 10 and writer.lost == 10
+        writer.fd = fd  # space returns
+        assert writer.write(b"next\n") == 5 and writer.lost == 0
+    finally:
+        os.close(full)
+        os.close(fd)
+    assert log.read_text() == (
+        "[aviflow: 10 bytes of output lost here: the run store was full]\nnext\n"
+    )
+    # a rank's print on a full disk: the training goes on (it raised ENOSPC before)
+    script = (
+        "from pathlib import Path\nfrom aviflow.runtime._output import redirect_output\n"
+        "redirect_output(Path('/dev/full'), 'header\\n')\n"
+        "for i in range(100):\n    print('x' * 1000)\n"
+        "import sys; sys.stderr.write('error\\n'); sys.stdout.flush()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_metric_rows_wait_in_order_while_the_store_is_full(tmp_path: Path, monkeypatch) -> None:
+    from aviflow import tracking
+
+    monkeypatch.delenv("AVIFLOW_RUN_DIR", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tracking, "_HELD", tracking._HeldRows())
+    real, full = RunDir.append_metric, [False]
+
+    def append_metric(self: RunDir, row) -> None:
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, row)
+
+    monkeypatch.setattr(RunDir, "append_metric", append_metric)
+    aviflow.log({"loss": 1.0}, step=1)
+    full[0] = True
+    for step in (2, 3, 4):
+        aviflow.log({"loss": 1.0 / step}, step=step)  # no error: the training goes on
+    assert tracking.flush() is False
+    full[0] = False
+    aviflow.log({"loss": 0.2}, step=5)
+    path = tmp_path / ".aviflow" / "run" / "metrics.jsonl"
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2, 3, 4, 5]
+    assert tracking.flush() is True
+
+
+def test_a_checkpoint_on_a_full_store_is_skipped_and_the_training_goes_on(
+    small_disk: Path, monkeypatch
+) -> None:
+    import torch
+    from accelerate import Accelerator
+
+    from aviflow import tracking
+
+    monkeypatch.delenv("AVIFLOW_RUN_DIR", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.chdir(small_disk)
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(256, 256))
+    assert aviflow.save_checkpoint(accelerator, 1) is not None
+    filler = small_disk / "filler"
+    assert _fill(filler) > 0
+    assert aviflow.save_checkpoint(accelerator, 2) is None  # torch.save's error names no errno
+    run = tracking.run_dir()
+    assert [c.step for c in run.checkpoints()] == [1]
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == [
+        run.checkpoint_dir(1).name
+    ]  # nothing half written is left
+    filler.unlink()
+    assert aviflow.save_checkpoint(accelerator, 3) is not None
+    assert [c.step for c in run.checkpoints()] == [1, 3]
+
+
+def test_out_of_space_reads_wrapped_errors_and_the_disk(small_disk: Path, tmp_path: Path) -> None:
+    from aviflow.store import out_of_space
+
+    wrapped = RuntimeError("saving")
+    wrapped.__context__ = OSError(errno.ENOSPC, "No space left on device")
+    said = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+    for exc in (OSError(errno.EDQUOT, "Disk quota exceeded"), wrapped, said):
+        assert out_of_space(exc, tmp_path), exc
+    mute = RuntimeError("[enforce fail at inline_container.cc:671] . unexpected pos 576 vs 534")
+    assert not out_of_space(mute, small_disk)  # room left: not a full disk
+    _fill(small_disk / "filler")
+    assert out_of_space(mute, small_disk)
+    assert not out_of_space(ValueError("bad"), tmp_path)

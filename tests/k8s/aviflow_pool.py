@@ -15,16 +15,21 @@ from aviflow.k8s.crd import NAME, committed
 from aviflow_testcluster import RESTRICTED, wait_for
 
 
-@pytest.fixture(scope="session")
-def crd_installed(k8s_cluster: Any) -> Any:
-    k8s_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=committed())
-    k8s_cluster.kubectl("wait", "--for=condition=Established", f"crd/{NAME}", "--timeout=60s")
+def install_crd(cluster: Any) -> Any:
+    """Apply the TrainJob CRD to ``cluster`` and wait until trainjobs are served."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=committed())
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{NAME}", "--timeout=60s")
     # the API server serves the new resource a moment after it is Established
     deadline = time.monotonic() + 60
-    while k8s_cluster.kubectl("get", "trainjobs", "-A", check=False).returncode != 0:
+    while cluster.kubectl("get", "trainjobs", "-A", check=False).returncode != 0:
         assert time.monotonic() < deadline, "trainjobs are not served"
         time.sleep(0.5)
-    return k8s_cluster
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def crd_installed(k8s_cluster: Any) -> Any:
+    return install_crd(k8s_cluster)
 
 
 # -- the HGX pool as Kueue sees it, and the Aviflow controller -----------------------------------

@@ -41,6 +41,7 @@ def rank_process(run_dir: str, rank: int) -> Any:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if env.get("AVIFLOW_RUN_DIR") == run_dir and env.get("RANK") == str(rank):
+        # (accelerate sets no RANK for a single process: rank 0, as aviflow's process_rank)
+        if env.get("AVIFLOW_RUN_DIR") == run_dir and (env.get("RANK") or "0") == str(rank):
             return proc
     return None

@@ -37,6 +37,8 @@ from ._agent_volumes import VolumesMixin
 if TYPE_CHECKING:
     from ._agent import Agent
 
+STATUS_TIMEOUT = 10  # seconds: no status update holds a pod's runner longer
+
 
 class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thread):
     """Runs one pod: sandbox, volumes, init containers, containers, status, deletion."""
@@ -69,6 +71,9 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thre
         # set by kill() under cond: from then on no container starts (the agent's stop kills
         # pods from another thread while their runners may be restarting a container)
         self.killed = False
+        # a status the API server did not take (it was away): sent again until it does
+        self.status_unsent = False
+        self.status_tried = 0.0
 
     # ------------------------------------------------------------ helpers
     @property
@@ -169,13 +174,34 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thre
         if self.ip:
             status["podIP"] = self.ip
             status["podIPs"] = [{"ip": self.ip}]
+        self.status_tried = time.monotonic()
         try:
             self.agent.core.patch_namespaced_pod_status(
-                self.name, self.namespace, {"status": status}
+                self.name, self.namespace, {"status": status}, _request_timeout=STATUS_TIMEOUT
             )
         except client.ApiException as e:
-            if e.status not in (404, 409):
-                log.warning("status of %s/%s: %s", self.namespace, self.name, e.reason)
+            if e.status in (404, 409):  # gone, or another writer's: nothing to send again
+                self.status_unsent = False
+                return
+            self._unsent(e.reason)
+        except Exception as e:  # the API server is away (refused, reset, timed out)
+            self._unsent(repr(e))
+        else:
+            self.status_unsent = False
+
+    def _unsent(self, why: object) -> None:
+        """As the kubelet's status manager: a status the API server did not take is sent
+        again (:meth:`resend_status`) until it does; a pod that ended while the API server
+        was away would otherwise stay Running for ever."""
+        if not self.status_unsent:
+            log.warning("status of %s/%s not sent (%s); sending it again", self.namespace,
+                        self.name, why)  # fmt: skip
+        self.status_unsent = True
+
+    def resend_status(self) -> None:
+        """Send the status again if the last one was not taken (at most once a second)."""
+        if self.status_unsent and time.monotonic() - self.status_tried >= 1.0:
+            self.patch_status()
 
     def set_condition(self, t: str, ok: bool, reason: str = "") -> None:
         status = "True" if ok else "False"
@@ -304,6 +330,8 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thre
                 return
             if changed:
                 self.patch_status()
+            else:
+                self.resend_status()
             with self.cond:
                 self.cond.wait(0.2)
 
@@ -316,6 +344,7 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thre
     def _await_deletion(self) -> None:
         """After the pod ends, wait for its deletion and finish it like the kubelet."""
         while not self.deleting.is_set() and not self.agent.stopping.is_set():
+            self.resend_status()  # the end, when the API server was away as the pod ended
             with self.cond:
                 self.cond.wait(1)
         if self.agent.stopping.is_set():

@@ -19,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -194,6 +195,8 @@ class Cluster:
     image_cache: str = ""
     host_mode: bool = False
     _popen: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
+    # each component's argv and environment as _spawn started it (restart() starts it again)
+    _spawned: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict, repr=False)
 
     # ----------------------------------------------------------------- paths
     @property
@@ -351,9 +354,11 @@ class Cluster:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        env = env or self._env()
+        self._spawned[name] = (list(argv), dict(env))
         p = _procs.spawn(
             argv,
-            env=env or self._env(),
+            env=env,
             log=self.logs_dir / f"{name}.log",
             cwd=self.workdir,
             die_with_parent=self._die_with_parent,
@@ -408,7 +413,7 @@ class Cluster:
                 "--log-level=warn",
             ],
         )
-        self._wait_http("etcd", f"{etcd_url}/health", timeout)
+        self.wait_healthy("etcd", timeout)
 
         self._spawn(
             "kube-apiserver",
@@ -450,7 +455,7 @@ class Cluster:
                 f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             ],
         )
-        self._wait_https("kube-apiserver", f"{self.server}/readyz", timeout, ca=pki / "ca.crt")
+        self.wait_healthy("kube-apiserver", timeout)
 
         common_auth = [
             f"--kubeconfig={self.kubeconfig}",
@@ -528,13 +533,8 @@ class Cluster:
             json.dumps({"pid": self.pids["node-agent"], "id": self.id})
         )
 
-        self._wait_https(
-            "kube-controller-manager", f"https://127.0.0.1:{p['kcm']}/healthz", timeout, ca=None
-        )
-        self._wait_https(
-            "kube-scheduler", f"https://127.0.0.1:{p['scheduler']}/healthz", timeout, ca=None
-        )
-        self._wait_http("kueue", f"http://127.0.0.1:{p['kueue-health']}/readyz", timeout)
+        for name in ("kube-controller-manager", "kube-scheduler", "kueue"):
+            self.wait_healthy(name, timeout)
         self._wait_ready(timeout)
         log(
             f"test cluster {self.id[:8]} up in {time.monotonic() - t0:.1f}s "
@@ -642,7 +642,6 @@ class Cluster:
         deadline = time.monotonic() + timeout
         with self.api_client() as api:
             core = client.CoreV1Api(api)
-            co = client.CustomObjectsApi(api)
 
             def nodes_ready() -> bool:
                 self._check_all()
@@ -663,45 +662,113 @@ class Cluster:
                 "default ServiceAccount",
             )
 
-            def webhook_ok() -> bool:
-                self._check_all()
+            self._wait_kueue_serving(api, deadline)
+
+    def _wait_kueue_serving(self, api, deadline: float) -> None:
+        """Kueue's webhooks answering a dry-run and its visibility APIServices Available
+        (Kueue starts its visibility server after /readyz answers)."""
+        from kubernetes import client
+
+        co = client.CustomObjectsApi(api)
+
+        def webhook_ok() -> bool:
+            self._check_all()
+            try:
+                co.create_cluster_custom_object(
+                    "kueue.x-k8s.io",
+                    "v1beta2",
+                    "clusterqueues",
+                    {
+                        "apiVersion": "kueue.x-k8s.io/v1beta2",
+                        "kind": "ClusterQueue",
+                        "metadata": {"name": "readiness-probe"},
+                        "spec": {},
+                    },
+                    dry_run="All",
+                )
+                return True
+            except client.ApiException:
+                return False
+
+        _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
+
+        reg = client.ApiregistrationV1Api(api)
+
+        def api_services_available() -> bool:
+            self._check_all()
+            for name in self.api_services:
+                st = reg.read_api_service_status(name).status
+                if not any(
+                    c.type == "Available" and c.status == "True"
+                    for c in (st.conditions or [] if st else [])
+                ):
+                    return False
+                # and served now (the condition lags a restarted Kueue by seconds)
+                version, _, group = name.partition(".")
                 try:
-                    co.create_cluster_custom_object(
-                        "kueue.x-k8s.io",
-                        "v1beta2",
-                        "clusterqueues",
-                        {
-                            "apiVersion": "kueue.x-k8s.io/v1beta2",
-                            "kind": "ClusterQueue",
-                            "metadata": {"name": "readiness-probe"},
-                            "spec": {},
-                        },
-                        dry_run="All",
-                    )
-                    return True
+                    co.get_api_resources(group, version)
                 except client.ApiException:
                     return False
+            return True
 
-            _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
+        _wait(
+            api_services_available,
+            deadline - time.monotonic(),
+            "Kueue visibility APIServices Available",
+        )
 
-            reg = client.ApiregistrationV1Api(api)
+    # ------------------------------------------------------- fault injection
+    def kill(self, name: str) -> None:
+        """``kill -9`` component ``name`` (its process group) and reap it; :meth:`restart`
+        starts it again. Only for a cluster this process started."""
+        if name not in self._spawned:
+            raise ClusterError(f"{name!r} is not a component this process started")
+        pid = self.pids.get(name)
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            p = self._popen.get(name)
+            if p is not None:
+                p.wait(timeout=30)
+            _wait(lambda: not _procs.group_alive(pid), 30, f"{name}'s processes gone")
+        self.pids.pop(name, None)
+        self._popen.pop(name, None)
+        self._save()
 
-            def api_services_available() -> bool:
-                self._check_all()
-                for name in self.api_services:
-                    st = reg.read_api_service_status(name).status
-                    if not any(
-                        c.type == "Available" and c.status == "True"
-                        for c in (st.conditions or [] if st else [])
-                    ):
-                        return False
-                return True
+    def restart(self, name: str, timeout: float = 120) -> None:
+        """Start component ``name`` again with the argv and environment it first had (after
+        :meth:`kill`, or a crash) and wait until its health endpoint answers, as
+        :meth:`start` does. The node agent is not restartable: it owns its pods."""
+        if name == "node-agent" or name not in self._spawned:
+            raise ClusterError(f"{name!r} cannot be restarted")
+        if self.pids.get(name) and _procs.alive(self.pids[name]):
+            raise ClusterError(f"{name} is still running; kill() it first")
+        argv, env = self._spawned[name]
+        self._spawn(name, argv, env)
+        self.wait_healthy(name, timeout)
+        if name == "kueue":  # a fault before its visibility server is up would end it
+            with self.api_client() as api:
+                self._wait_kueue_serving(api, time.monotonic() + timeout)
 
-            _wait(
-                api_services_available,
-                deadline - time.monotonic(),
-                "Kueue visibility APIServices Available",
-            )
+    def dead(self) -> list[str]:
+        """The components whose process has exited (none, on a healthy cluster)."""
+        return [n for n, p in self._popen.items() if p.poll() is not None]
+
+    def wait_healthy(self, name: str, timeout: float = 120) -> None:
+        """Until component ``name``'s health endpoint answers 200 (raises if it exits)."""
+        p, ca = self.ports, self.workdir / "pki" / "ca.crt"
+        if name == "etcd":
+            self._wait_http(name, f"http://127.0.0.1:{p['etcd']}/health", timeout)
+        elif name == "kube-apiserver":
+            self._wait_https(name, f"{self.server}/readyz", timeout, ca=ca)
+        elif name == "kube-controller-manager":
+            self._wait_https(name, f"https://127.0.0.1:{p['kcm']}/healthz", timeout, ca=None)
+        elif name == "kube-scheduler":
+            self._wait_https(name, f"https://127.0.0.1:{p['scheduler']}/healthz", timeout, ca=None)
+        elif name == "kueue":
+            self._wait_http(name, f"http://127.0.0.1:{p['kueue-health']}/readyz", timeout)
+        else:
+            raise ClusterError(f"no health endpoint known for {name!r}")
 
     def _check_all(self) -> None:
         for name in self._popen:
