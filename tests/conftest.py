@@ -198,3 +198,18 @@ def make_job(local_backend: LocalBackend) -> Iterator[Any]:
     yield make
     for lock in locks:
         lock.release()
+
+
+@pytest.fixture
+def rank_process() -> Callable[[str, int], Any]:
+    """``rank_process(job_id, rank)`` -> the psutil process of that rank of a local job (the
+    one running ``aviflow.runtime.rank`` with that ``RANK``); LookupError if none."""
+
+    def find(job_id: str, rank: int) -> Any:
+        for proc in _procs.tagged(job_id):
+            cmdline = " ".join(proc.cmdline())
+            if proc.environ().get("RANK") == str(rank) and "aviflow.runtime.rank" in cmdline:
+                return proc
+        raise LookupError(rank)
+
+    return find

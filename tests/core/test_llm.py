@@ -17,11 +17,9 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 import aviflow
-from aviflow import _procs
 from aviflow.examples import llm
 from aviflow.records import JobState
 
@@ -135,16 +133,10 @@ def _chunks(checkpoint: Path) -> dict[str, int]:
     return {k: len(v.chunks) for k, v in meta.items() if k.startswith("model.")}
 
 
-def _rank_process(job_id: str, rank: int) -> psutil.Process:
-    for proc in _procs.tagged(job_id):
-        env = proc.environ()
-        if env.get("RANK") == str(rank) and "aviflow.runtime.rank" in " ".join(proc.cmdline()):
-            return proc
-    raise LookupError(rank)
-
-
 @pytest.mark.training
-def test_fsdp_on_two_nodes_shards_survives_kill_9_and_resumes_on_one_node(local_backend):
+def test_fsdp_on_two_nodes_shards_survives_kill_9_and_resumes_on_one_node(
+    local_backend, rank_process
+):
     first = aviflow.submit(
         _job(
             "llm-fsdp",
@@ -161,7 +153,7 @@ def test_fsdp_on_two_nodes_shards_survives_kill_9_and_resumes_on_one_node(local_
     while not first.checkpoints():
         assert time.monotonic() < deadline and not first.status.is_finished(), first.logs(tail=40)
         time.sleep(0.1)
-    os.kill(_rank_process(first.id, 1).pid, signal.SIGKILL)
+    os.kill(rank_process(first.id, 1).pid, signal.SIGKILL)
     assert first.wait(timeout=WAIT) == JobState.SUCCEEDED, first.logs(tail=40)
     restart = next(e for e in first.events() if e.type == "RESTARTING")
     assert (restart.attempt, restart.failure.rank) == (1, 1)

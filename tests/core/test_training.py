@@ -182,16 +182,8 @@ def test_one_rank_raising_fails_the_job_with_its_traceback(local_backend, leftov
     assert leftover_processes(job.id) == []
 
 
-def _rank_process(job_id: str, rank: int) -> psutil.Process:
-    for proc in _procs.tagged(job_id):
-        env = proc.environ()
-        if env.get("RANK") == str(rank) and "aviflow.runtime.rank" in " ".join(proc.cmdline()):
-            return proc
-    raise LookupError(rank)
-
-
 def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(
-    local_backend, leftover_processes
+    local_backend, leftover_processes, rank_process
 ):
     job = aviflow.submit(
         tiny(
@@ -205,7 +197,7 @@ def test_kill_9_of_a_rank_restarts_the_group_from_the_latest_checkpoint(
     while not any(c.step >= 10 for c in job.checkpoints()):
         assert time.monotonic() < deadline and not job.status.is_finished(), job.logs(tail=40)
         time.sleep(0.2)
-    victim = _rank_process(job.id, 1)
+    victim = rank_process(job.id, 1)
     os.kill(victim.pid, signal.SIGKILL)
     killed_at = max(c.step for c in job.checkpoints())
 
