@@ -34,6 +34,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -133,7 +134,12 @@ def _llm_line(log: str) -> str:
 def run_aviflow(backend: LocalBackend, spec: dict[str, Any]) -> tuple[float, str]:
     """Tokens/s of the recipe as a job on the local backend, and its rank 0's ``llm:`` line."""
     job = aviflow.submit(spec, backend=backend)
-    if job.wait(timeout=900) != aviflow.JobState.SUCCEEDED:
+    try:
+        state = job.wait(timeout=900, poll=2.0)  # little of the CPU the ranks use
+    finally:  # stopped (timeout's SIGTERM): the job's processes are in a session of their own
+        if not job.status.is_finished():
+            job.cancel()
+    if state != aviflow.JobState.SUCCEEDED:
         raise RuntimeError(f"the aviflow run failed:\n{job.logs(tail=40)}")
     rate, line = steady_tokens_per_s(job.metric_rows()), _llm_line(job.logs(rank=0))
     shutil.rmtree(backend.run_dir(job.id).checkpoints_dir, ignore_errors=True)
@@ -155,9 +161,18 @@ def run_bare(tmp: Path, spec: dict[str, Any], gpus: bool) -> tuple[float, str]:
     argv, env = bare_command(run, spec, gpus)
     log = run / "out.log"
     with log.open("wb") as out:
-        code = subprocess.run(
-            argv, env=env, cwd=run, stdout=out, stderr=subprocess.STDOUT
-        ).returncode
+        proc = subprocess.Popen(
+            argv, env=env, cwd=run, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait()
+        finally:  # stopped: take the launcher's ranks with it
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text(errors="replace")
     if code != 0:
         raise RuntimeError(f"the bare accelerate launch exited {code}:\n{text[-4000:]}")
@@ -355,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return NO_GPU
+    # `timeout 480` stops it with SIGTERM: unwind, so that the runs' processes are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     rounds = ns.rounds or (2 if device == "cuda" else 1)
     gpus = device == "cuda"
     mixed = "bf16" if gpus else "no"
@@ -381,9 +398,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rate, line = run_aviflow(backend, spec)
                 via.append(rate)
                 _say(f"round {r + 1}: aviflow {rate:,.0f} tokens/s   [{line}]")
-                rate, line = run_bare(tmp, spec, gpus)
+                rate, bare_line = run_bare(tmp, spec, gpus)
                 bare.append(rate)
-                _say(f"round {r + 1}: bare    {rate:,.0f} tokens/s   [{line}]")
+                _say(f"round {r + 1}: bare    {rate:,.0f} tokens/s   [{bare_line}]")
+                if bare_line != line:  # e.g. a node the runtime did not see GPUs on
+                    raise RuntimeError("the two runs did not run alike: see their llm: lines")
         except RuntimeError as exc:
             print(exc, file=sys.stderr)
             return 1
