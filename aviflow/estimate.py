@@ -41,8 +41,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from aviflow._units import format_duration
 
 UNKNOWN = math.inf  # a release with no known end
+_MAX_COUNT = 1 << 31  # a larger count in a status file is not believed
+
+
+def _time(v: object) -> bool:
+    """A time as a status file may hold it: null, or finite Unix seconds."""
+    return v is None or (
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    )
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_COUNT
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,37 @@ class Estimate:
     assumed: tuple[str, ...] = ()
     now: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.never is not None:
+            out["never"] = self.never
+        if self.now:
+            out["now"] = True
+        if self.assumed:
+            out["assumed"] = list(self.assumed)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: object) -> Estimate | None:
+        """The estimate in a status file or an answer (None where it is absent or malformed:
+        a reader shows no estimate rather than a wrong one)."""
+        if not isinstance(d, Mapping):
+            return None
+        low, high, never = d.get("low"), d.get("high"), d.get("never")
+        if not all(_time(v) for v in (low, high)) or not (never is None or isinstance(never, str)):
+            return None
+        assumed = d.get("assumed") or []
+        if not isinstance(assumed, list):
+            return None
+        return cls(
+            "",
+            None if low is None else float(low),
+            None if high is None else float(high),
+            None if never is None else never[:500],
+            tuple(str(a)[:300] for a in assumed[:10]),
+            now=d.get("now") is True,
+        )
+
 
 @dataclass
 class _Pool:
@@ -124,13 +170,17 @@ class _Pool:
             used += max(0, self.use.get(m.name, 0) - self.guaranteed(m))
         return lendable - used
 
+    def fits_machine(self, w: Waiting) -> bool:
+        return self.capacity is None or sum(self.use.values()) + w.gpus <= self.capacity
+
     def needs_borrowing(self, w: Waiting) -> bool:
         return self.use.get(w.queue, 0) + w.gpus > self.limits[w.queue].nominal
 
-    def fits(self, w: Waiting) -> bool:
+    def fits(self, w: Waiting, *, machine: bool = True) -> bool:
+        """Whether ``w`` fits its queue's limits now (and, ``machine``, the capacity)."""
         q = self.limits[w.queue]
         mine = self.use.get(w.queue, 0)
-        if self.capacity is not None and sum(self.use.values()) + w.gpus > self.capacity:
+        if machine and not self.fits_machine(w):
             return False
         if q.cohort is None:
             return mine + w.gpus <= q.nominal
@@ -185,9 +235,12 @@ def _replay(
     late: bool,
     reclaim: bool,
     capacity: int | None,
+    machine_fifo: bool = False,
 ) -> dict[str, float]:
     """Start times of the waiting jobs when every job releases at the start (``late``:
-    the end) of its window; a job with no start time never starts in this replay."""
+    the end) of its window; a job with no start time never starts in this replay.
+    ``machine_fifo``: the next job its queue allows waits for the machine's capacity and
+    holds back every later one (the local backend's rule)."""
     pool = _Pool(limits, reclaim, capacity)
     ends: list[tuple[float, str, int]] = []  # (time, queue, gpus) of every release ahead
     for h in holding:
@@ -206,7 +259,7 @@ def _replay(
                 for order, w in enumerate(left):
                     if w.queue != name:
                         continue
-                    if pool.fits(w):
+                    if pool.fits(w, machine=not machine_fifo):
                         heads.append((pool.needs_borrowing(w), order, w))
                         break
                     if queue.strict:
@@ -214,6 +267,8 @@ def _replay(
             if not heads:
                 break
             _, _, w = min(heads, key=lambda h: (h[0], h[1]))
+            if machine_fifo and not pool.fits_machine(w):
+                break
             left.remove(w)
             started[w.id] = t
             pool.use[w.queue] = pool.use.get(w.queue, 0) + w.gpus
@@ -232,14 +287,17 @@ def estimate(
     *,
     reclaim: bool = True,
     capacity: int | None = None,
+    machine_fifo: bool = False,
     assumed: Sequence[str] = (),
 ) -> dict[str, Estimate]:
     """Each waiting job's :class:`Estimate` (see the module docstring). ``capacity``: the
-    pool's GPUs where fewer than its queues' quotas (the local backend's machine);
-    ``assumed``: what the caller took for granted in the windows it gave (added to each)."""
+    pool's GPUs where fewer than its queues' quotas (the local backend's machine), and
+    ``machine_fifo`` its rule (see :func:`_replay`); ``assumed``: what the caller took for
+    granted in the windows it gave (added to each)."""
     by_name = {q.name: q for q in limits}
-    early = _replay(now, by_name, holding, waiting, late=False, reclaim=reclaim, capacity=capacity)
-    late = _replay(now, by_name, holding, waiting, late=True, reclaim=reclaim, capacity=capacity)
+    kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo}
+    early = _replay(now, by_name, holding, waiting, late=False, **kw)  # type: ignore[arg-type]
+    late = _replay(now, by_name, holding, waiting, late=True, **kw)  # type: ignore[arg-type]
     notes = (*assumed, *LIMITS)
     out = {}
     for w in waiting:
@@ -269,6 +327,17 @@ class WaitNumbers:
     lendable: int
     ahead: int
     ahead_gpus: int
+
+    @classmethod
+    def from_dict(cls, d: object) -> WaitNumbers | None:
+        """The numbers in a status file or an answer (None where absent or malformed)."""
+        if not isinstance(d, Mapping):
+            return None
+        keys = ("quota", "holds", "borrowed", "lendable", "ahead", "aheadGpus")
+        values = [d.get(k) for k in keys]
+        if not isinstance(d.get("queue"), str) or not all(_count(v) for v in values):
+            return None
+        return cls(str(d["queue"])[:253], *(int(v) for v in values))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, int | str]:
         return {
@@ -313,6 +382,42 @@ def wait_numbers(
         q.name, q.nominal, holds, max(0, holds - q.nominal), lendable, len(ahead),
         sum(w.gpus for w in ahead),
     )  # fmt: skip
+
+
+def describe(est: Estimate, now: float) -> str:
+    """One line for a person: when the job is expected to start, from ``now``.
+
+    >>> describe(Estimate("j", 160.0, 700.0), 100.0)
+    'expected to start in about 6m (between 1m and 10m from now)'
+    >>> describe(Estimate("j", 100.0, 100.0, now=True), 100.0)
+    'fits now'
+    >>> describe(Estimate("j", 400.0, None), 100.0)
+    'expected to start in 5m at the earliest; no later bound (a job ahead has no time limit)'
+    """
+    if est.never is not None:
+        return f"never at this quota: {est.never}"
+    if est.now:
+        return "fits now"
+    low = max(0.0, (est.low or now) - now)
+    if est.high is None:
+        return (
+            f"expected to start in {_rough(low)} at the earliest; no later bound "
+            "(a job ahead has no time limit)"
+        )
+    high = max(0.0, est.high - now)
+    if high - low < 60:
+        return f"expected to start in about {_rough((low + high) / 2)}"
+    return (
+        f"expected to start in about {_rough((low + high) / 2)} "
+        f"(between {_rough(low)} and {_rough(high)} from now)"
+    )
+
+
+def _rough(seconds: float) -> str:
+    """A duration to the minute (seconds under two minutes)."""
+    if seconds < 120:
+        return format_duration(seconds)
+    return format_duration(round(seconds / 60) * 60)
 
 
 LIMITS = (

@@ -117,3 +117,34 @@ def test_the_release_window_of_a_running_job() -> None:
     assert release_window(100.0, 0.0, progress=(0, 100, 5.0))[1] == (
         "no time limit, no progress, no earlier run"
     )
+
+
+def test_on_the_local_machine_the_next_job_waits_for_room_and_holds_back_the_rest() -> None:
+    pool = [QueueLimits("a", 8, strict=True), QueueLimits("b", 8, strict=True)]
+    held = [Holding("r", "a", 6, release=(40.0, 70.0))]
+    waiting = [Waiting("b4", "b", 4, runs_for=(5.0, 5.0)), Waiting("a2", "a", 2)]
+    # Kueue would start a2 now (it fits); the local backend keeps the order on the machine
+    assert starts(estimate(0.0, pool, held, waiting, capacity=8))["a2"] == (0.0, 0.0)
+    local = estimate(0.0, pool, held, waiting, capacity=8, machine_fifo=True)
+    assert starts(local) == {"b4": (40.0, 70.0), "a2": (40.0, 70.0)}
+
+
+def test_an_estimate_crosses_the_wire_and_a_malformed_one_is_dropped() -> None:
+    from aviflow.estimate import WaitNumbers
+    from aviflow.records import JobStatus
+
+    est = Estimate("w", 10.0, None, None, ("x",))
+    wait = WaitNumbers("a", 8, 8, 0, 0, 1, 4)
+    status = JobStatus(queue_position=2, expected_start=est, wait=wait)
+    wire = status.to_dict()
+    assert wire["expectedStart"] == {"low": 10.0, "high": None, "assumed": ["x"]}
+    assert wire["wait"] == {"queue": "a", "quota": 8, "holds": 8, "borrowed": 0,
+                            "lendable": 0, "ahead": 1, "aheadGpus": 4}  # fmt: skip
+    back = JobStatus.from_dict(wire)
+    assert back.wait == wait and back.expected_start == Estimate("", 10.0, None, None, ("x",))
+    # what a job could have written in its status file: no estimate rather than a wrong one
+    for bad in ({"low": "soon"}, {"low": float("nan"), "high": None}, {"low": -1, "high": 2},
+                {"low": 1, "high": 2, "assumed": "x"}, [1, 2], {"low": True, "high": None}):  # fmt: skip
+        assert JobStatus.from_dict({"state": "QUEUED", "expectedStart": bad}).expected_start is None
+    assert JobStatus.from_dict({"wait": {**wire["wait"], "ahead": -1}}).wait is None
+    assert JobStatus.from_dict({"wait": {**wire["wait"], "quota": 1e30}}).wait is None
