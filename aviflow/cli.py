@@ -19,6 +19,7 @@ from aviflow import api
 from aviflow.backends import Backend, get_backend
 from aviflow.backends.local import LocalBackend
 from aviflow.errors import AviflowError, BackendError, JobNotFound, RequestError, SpecError
+from aviflow.estimate import describe
 from aviflow.job import Job
 from aviflow.records import JobState, JobStatus
 
@@ -73,6 +74,8 @@ def _progress_printer() -> Callable[[Job, JobStatus], None]:
         line = record.state.value
         if record.state is JobState.QUEUED and record.message:
             line += f": {record.message}"  # what it waits for: slots or its queue's quota
+            if record.expected_start is not None:
+                line += f"; {describe(record.expected_start, time.time())}"
         elif record.queue_position:
             line += f" (queue position {record.queue_position})"
         if record.attempt > 1:
@@ -104,6 +107,9 @@ def cmd_submit(ns: argparse.Namespace) -> int:
             return 2
         import yaml
 
+        found = _backend(ns).forecast(spec)
+        if found is not None:  # a YAML comment: the output stays the objects it would create
+            print(f"# {describe(found, time.time())}")
         print(yaml.safe_dump_all(rendered, sort_keys=False), end="")
         return 0
     job = api.submit(spec, backend=_backend(ns), base_dir=spec_dir)

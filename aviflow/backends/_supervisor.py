@@ -29,6 +29,7 @@ import time
 from aviflow import _procs, hang
 from aviflow._ports import free_port
 from aviflow.backends._admission import decide
+from aviflow.backends._forecast import forecast
 from aviflow.backends.local import QUEUE_LOCK, read_quotas, scan_queues
 from aviflow.failures import attribute
 from aviflow.lifecycle import (
@@ -55,6 +56,7 @@ from aviflow.store import RunDir, RunStore, atomic_write, disk_full, rank_log_sh
 
 POLL_SECONDS = 0.1
 QUEUE_POLL_SECONDS = 0.25
+FORECAST_SECONDS = 5.0  # a waiting job's expected start is recomputed at least this often
 RECORD_GRACE = 0.3  # let a failing rank finish writing its failure record
 NODE_LOG_TAIL = 20000
 RANK_LOG_TAIL = 4000
@@ -158,24 +160,43 @@ class Supervisor:
     # -- queue -----------------------------------------------------------------------------------
     def wait_for_turn(self) -> bool:
         store = RunStore(self.run.store_root)
-        reported = None
+        reported: tuple[object, ...] | None = None
+        forecast_at, estimate, numbers = 0.0, None, None
         while True:
             self._check_requests()
             if self.cancel_asked or self.gone:
                 return False
+            held: list[str] = []
             with _procs.FileLock(store.file(QUEUE_LOCK)):
                 waiting, in_use = scan_queues(
-                    store, own=self.run.id, finished=self._finished_cache, sizes=self._sizes
+                    store,
+                    own=self.run.id,
+                    finished=self._finished_cache,
+                    sizes=self._sizes,
+                    held=held,
                 )
-                verdict = decide(self.run.id, waiting, in_use, self.capacity, read_quotas(store))
+                quotas = read_quotas(store)
+                verdict = decide(self.run.id, waiting, in_use, self.capacity, quotas)
                 if verdict.admit:
                     self.observe(Admitted(time.time()))
                     return True
-                if (verdict.position, verdict.reason) != reported:
-                    reported = (verdict.position, verdict.reason)
-                    self._write_status(
-                        self.lc.status(queue_position=verdict.position, message=verdict.reason)
+            now = time.time()
+            if (verdict.position, verdict.reason) != (reported or (None, None))[:2] or (
+                now - forecast_at >= FORECAST_SECONDS
+            ):
+                forecast_at = now
+                found, waits = forecast(store, waiting, held, quotas, self.capacity, now)
+                estimate, numbers = found.get(self.run.id), waits.get(self.run.id)
+            if (verdict.position, verdict.reason, estimate, numbers) != reported:
+                reported = (verdict.position, verdict.reason, estimate, numbers)
+                self._write_status(
+                    self.lc.status(
+                        queue_position=verdict.position,
+                        message=verdict.reason,
+                        expected_start=estimate,
+                        wait=numbers,
                     )
+                )
             time.sleep(QUEUE_POLL_SECONDS)
 
     # -- one attempt -----------------------------------------------------------------------------

@@ -34,10 +34,13 @@ from typing import Any
 
 from aviflow import _procs
 from aviflow.backends._admission import Waiting
+from aviflow.backends._forecast import forecast
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, JobNotFound
+from aviflow.estimate import UNKNOWN, Estimate
+from aviflow.estimate import Waiting as EstWaiting
 from aviflow.images import pick, this_python
 from aviflow.lifecycle import Lifecycle, Lost, Policy
 from aviflow.paging import read_pages
@@ -62,6 +65,7 @@ QUEUE_LOCK = ".queue.lock"
 SUPERVISOR_START_GRACE = 60.0
 RECONCILE_SECONDS = 2.0
 CANCEL_WAIT = 60.0  # seconds cancel() gives the supervisor to stop the job
+DRY_RUN_ID = "(this job)"  # the not-yet-submitted job of a forecast
 ORPHAN_MESSAGE = "the job supervisor exited unexpectedly; see supervisor.log"
 
 
@@ -81,11 +85,12 @@ def scan_queues(
     own: str | None = None,
     finished: set[str] | None = None,
     sizes: dict[str, tuple[str, int, str]] | None = None,
+    held: list[str] | None = None,
 ) -> tuple[list[Waiting], dict[str, int]]:
     """(queued jobs, oldest first; GPU slots held per queue by started jobs) of the jobs whose
     supervisor is alive (``own``: the caller's job, counted regardless). ``finished`` and
     ``sizes`` are caches a caller that scans repeatedly keeps (a finished job stays finished;
-    a job's queue, size and owner never change)."""
+    a job's queue, size and owner never change); ``held`` gets the ids of the started jobs."""
     finished = set() if finished is None else finished
     sizes = {} if sizes is None else sizes
     waiting: list[Waiting] = []
@@ -111,6 +116,8 @@ def scan_queues(
             waiting.append(Waiting(job_id, queue, gpus, user))
         else:
             in_use[queue] = in_use.get(queue, 0) + gpus
+            if held is not None:
+                held.append(job_id)
     return waiting, in_use
 
 
@@ -306,6 +313,16 @@ class LocalBackend(StoreReads, Backend):
             return []
         waiting, in_use = scan_queues(self.store)
         return [_queue_quota(q, n, waiting, in_use) for q, n in sorted(quotas.items())]
+
+    def forecast(self, job: TrainJob) -> Estimate | None:
+        held: list[str] = []
+        waiting, _ = scan_queues(self.store, held=held)
+        limit = job.spec.time_limit_seconds
+        me = EstWaiting(DRY_RUN_ID, job.spec.queue, job.spec.total_gpus,
+                        (0.0, float(limit) if limit is not None else UNKNOWN))  # fmt: skip
+        quotas = read_quotas(self.store)
+        found, _ = forecast(self.store, waiting, held, quotas, self.capacity, time.time(), extra=me)
+        return found[DRY_RUN_ID]
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """What each node would run: the runtime's argv and environment (the run directory
