@@ -23,7 +23,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from aviflow._model import StrictModel
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
@@ -175,12 +175,13 @@ class TrainingRuntime(StrictModel):
 
     @field_validator("annotations", "node_selector")
     @classmethod
-    def _keys(cls, v: dict[str, str]) -> dict[str, str]:
+    def _keys(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        kept = _kept if info.field_name == "annotations" else lambda key: False
         for key in v:
-            if not QUALIFIED_KEY.fullmatch(key) or len(key) > 253 or _kept(key):
+            if not QUALIFIED_KEY.fullmatch(key) or len(key) > 253 or kept(key):
+                outside = f" outside {', '.join(_KEPT_PREFIXES)}" if kept is _kept else ""
                 raise ValueError(
-                    f"{key!r} is not a key a runtime may set (a qualified name outside "
-                    f"{', '.join(_KEPT_PREFIXES)})"
+                    f"{key!r} is not a key a runtime may set (a qualified name{outside})"
                 )
         if sum(len(k) + len(x) for k, x in v.items()) > MAX_ANNOTATION_BYTES:
             raise ValueError(f"more than {MAX_ANNOTATION_BYTES} bytes of keys and values")
