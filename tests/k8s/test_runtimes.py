@@ -213,6 +213,47 @@ def test_an_unknown_runtime_is_refused_at_submission_and_nothing_is_written(
     assert bare.pin_runtime(job()).spec.runtime is None
 
 
+def test_the_local_backend_refuses_a_runtime_before_anything_is_written(local_backend: Any) -> None:
+    from aviflow.bundle import build_bundle
+
+    ib = job("infiniband", nodes=1)
+    with pytest.raises(BackendError) as refused:
+        local_backend.submit(ib, build_bundle(ib))
+    assert str(refused.value) == (
+        "spec.runtime (infiniband) is a training runtime of a cluster (its devices, network "
+        "and volumes); this local backend has none: drop it to run here, or submit to the cluster"
+    )
+    assert local_backend.list_ids() == []
+
+
+def test_cli_dry_run_shows_the_runtime_and_refuses_an_unknown_one(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    from aviflow.cli import main
+
+    settings = tmp_path / "cluster.yaml"
+    runs = {"localPath": str(tmp_path / "runs")}
+    settings.write_text(
+        yaml.safe_dump({**SETTINGS.model_dump(by_alias=True, exclude={"runs"}), "runs": runs})
+    )
+    monkeypatch.setenv("AVIFLOW_K8S_CONFIG", str(settings))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(job().to_yaml())
+    argv = ["--backend", "kubernetes", "submit", str(spec), "--dry-run"]
+    assert main([*argv, "--runtime", "infiniband"]) == 0
+    [tj, *_, attempt] = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert tj["spec"]["runtime"] == "infiniband"
+    assert (
+        attempt["spec"]["template"]["metadata"]["annotations"]["aviflow.dev/runtime"]
+        == "infiniband"
+    )
+    assert main([*argv, "--runtime", "roce"]) == 2
+    assert "'roce' is not a training runtime of this cluster; use one of: hf-cache, infiniband" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_magic_option_names_the_runtime() -> None:
     from aviflow_magics._build import build_job
     from aviflow_magics._options import parse_train_options
