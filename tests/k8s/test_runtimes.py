@@ -254,6 +254,37 @@ def test_cli_dry_run_shows_the_runtime_and_refuses_an_unknown_one(
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_kubectl_trainjob_is_refused_for_an_unknown_runtime_and_pinned_otherwise(
+    tmp_path: Path,
+) -> None:
+    """The controller adopts a TrainJob applied with kubectl as aviflow-api submits one: a
+    runtime the cluster does not have is refused (the TrainJob says why), nothing written;
+    none named becomes the default, pinned in the job's recorded spec."""
+    from aviflow.operator._binding import Binder
+    from aviflow.store import RunStore
+
+    store = RunStore(tmp_path)
+    refused: list[tuple[str, str]] = []
+    binder = Binder(store, lambda cr, why: refused.append((cr["metadata"]["name"], why)), SETTINGS)
+
+    def cr(name: str, **spec: Any) -> dict[str, Any]:
+        body = {"queue": "vision", "command": ["python", "-c", "1"], **spec}
+        meta = {"name": name, "namespace": "team-vision", "uid": f"u-{name}"}
+        return {"apiVersion": "aviflow.dev/v1", "kind": "TrainJob", "metadata": meta, "spec": body}
+
+    assert binder.adopt(cr("roce-0000beef", runtime="roce")) is None
+    assert refused == [
+        (
+            "roce-0000beef",
+            "invalid TrainJob spec: spec.runtime: 'roce' is not a training runtime of this "
+            "cluster; use one of: hf-cache, infiniband (an admin sets api.kubernetes.runtimes)",
+        )
+    ]
+    assert store.ids() == []
+    run = binder.adopt(cr("plain-0000beef"))
+    assert run is not None and run.spec().spec.runtime == "hf-cache"
+
+
 def test_the_magic_option_names_the_runtime() -> None:
     from aviflow_magics._build import build_job
     from aviflow_magics._options import parse_train_options
