@@ -100,6 +100,8 @@ def cmd_submit(ns: argparse.Namespace) -> int:
     spec, spec_dir = api.load_spec(ns.file)
     if ns.secret:
         spec = spec.with_changes(secrets=list(dict.fromkeys([*spec.spec.secrets, *ns.secret])))
+    if ns.runtime:
+        spec = spec.with_changes(runtime=ns.runtime)
     if ns.dry_run:
         rendered = _backend(ns).render(spec)
         if rendered is None:
@@ -271,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a Secret of the team's namespace whose keys become the ranks' environment "
         "(spec.secrets; Kubernetes), repeatable",
+    )
+    p.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="the cluster's training runtime for the pods (spec.runtime; Kubernetes)",
     )
     p.add_argument(
         "--dry-run",

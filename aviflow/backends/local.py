@@ -185,6 +185,12 @@ class LocalBackend(StoreReads, Backend):
                 "team's namespace; this local backend has none: set the variables in --env, "
                 "or submit to the cluster"
             )
+        if job.spec.runtime is not None:
+            raise BackendError(
+                f"spec.runtime ({job.spec.runtime}) is a training runtime of a cluster (its "
+                "devices, network and volumes); this local backend has none: drop it to run "
+                "here, or submit to the cluster"
+            )
         image = pick(self.images(), job.spec.image)
         need = job.spec.total_gpus
         if need > self.capacity:
