@@ -53,6 +53,7 @@ from aviflow.store import (
     rank_log_share,
     read_json,
 )
+from aviflow.usage import UsageSettings, usage_argv
 
 DEFAULT_CAPACITY = 8
 CAPACITY_ENV = "AVIFLOW_LOCAL_CAPACITY"
@@ -120,6 +121,8 @@ class LocalBackend(StoreReads, Backend):
     ``quotas`` (queue -> GPUs), when given, replaces the run store's queue quotas.
     ``rank_log_cap``: the most one job's rank logs take, all ranks together (bytes or a
     quantity such as ``"8Gi"``; None: no cap); each rank's log is rotated at its share.
+    ``usage``: how often a running job's use is recorded and the idle rule
+    (:class:`aviflow.usage.UsageSettings`; default: every minute, no idle check).
     """
 
     name = "local"
@@ -130,8 +133,10 @@ class LocalBackend(StoreReads, Backend):
         capacity: int | None = None,
         quotas: Mapping[str, int] | None = None,
         rank_log_cap: int | str | None = DEFAULT_JOB_LOG_CAP,
+        usage: UsageSettings | None = None,
     ) -> None:
         self.store = RunStore(root)
+        self.usage = usage or UsageSettings()
         try:
             self.rank_log_cap = job_log_cap(rank_log_cap)
         except ValueError as exc:
@@ -345,6 +350,7 @@ class LocalBackend(StoreReads, Backend):
                     str(self.capacity),
                     "--rank-log-cap",
                     str(self.rank_log_cap or 0),
+                    *usage_argv(self.usage),
                     "--daemonize",
                 ],
                 stdin=subprocess.DEVNULL,

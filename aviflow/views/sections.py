@@ -20,6 +20,7 @@ from typing import Any
 from aviflow.records import FailureInfo, JobState
 from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.snapshot import JobSnapshot
+from aviflow.views.use import use_html
 
 MAX_POINTS = 300
 MAX_CHARTS = 8
@@ -47,7 +48,8 @@ def header_html(snap: JobSnapshot) -> str:
         detail = f"<div class='aviflow-queue'>{esc(pos)}: {esc(snap.message)}</div>"
     elif snap.message and snap.state is not JobState.RUNNING:
         detail = f"<div class='aviflow-message'>{esc(snap.message)}</div>"
-    return f"<div class='aviflow-header'>{line}{detail}</div>"
+    use = use_html(snap.metrics, snap.usage, snap.idle)
+    return f"<div class='aviflow-header'>{line}{detail}{use}</div>"
 
 
 def ranks_html(snap: JobSnapshot) -> str:
@@ -279,5 +281,7 @@ def snapshot_dict(snap: JobSnapshot) -> dict[str, Any]:
         "checkpoints": [c.to_dict() for c in snap.checkpoints],
         "metricRows": snap.metric_rows,
         "catchingUp": snap.catching_up,
+        "usage": snap.usage,
+        "idle": snap.idle,
         "metrics": {k: [list(p) for p in v] for k, v in snap.metrics.items()},
     }

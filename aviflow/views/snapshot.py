@@ -23,6 +23,7 @@ from aviflow.job import Job
 from aviflow.paging import MAX_PAGE_ROWS, read_pages
 from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
 from aviflow.spec import TrainJob
+from aviflow.usage import flagged_idle, latest_usage
 
 PRIMARY_METRIC = "loss"
 MAX_POINTS = 300
@@ -59,6 +60,8 @@ class JobSnapshot:
     # more events or metric rows were written than this snapshot has read: views read on
     # (also once the job has finished) until it is false
     catching_up: bool = False
+    usage: dict[str, Any] | None = None  # the attempt's latest USAGE event's data
+    idle: str | None = None  # the attempt's IDLE flag, if it was flagged
 
     @property
     def elapsed(self) -> float:
@@ -249,6 +252,8 @@ class SnapshotReader:
     ) -> JobSnapshot:
         assert self.spec is not None and self.meta is not None
         spec, state = self.spec.spec, record.state
+        used = latest_usage(self.events, record.attempt)
+        idle = flagged_idle(self.events, record.attempt)
         return JobSnapshot(
             id=self.job.id,
             name=self.spec.metadata.name,
@@ -271,6 +276,8 @@ class SnapshotReader:
             checkpoints=checkpoints,
             log_ranks=log_ranks,
             catching_up=self.catching_up,
+            usage=dict(used.data) if used is not None else None,
+            idle=idle.message if idle is not None else None,
         )
 
 
