@@ -13,6 +13,7 @@ import pytest
 
 import aviflow
 from aviflow import tracking
+from aviflow.attempts import attempts_from_events, job_info
 from aviflow.backends._supervisor import usage_arguments, usage_settings
 from aviflow.backends.local import LocalBackend
 from aviflow.records import Event, EventType, JobState
@@ -31,6 +32,7 @@ from aviflow.usage import (
 )
 from aviflow.views.sections import header_html, snapshot_dict
 from aviflow.views.snapshot import take_snapshot
+from aviflow.views.use import use_html
 
 
 def _use(t: float, util: float, attempt: int = 1) -> Event:
@@ -238,6 +240,29 @@ def test_a_training_jobs_throughput_and_cpu_use_reach_the_run_store_and_the_view
     assert f"{rows[-1].values['tokens_per_s']:,.0f} tokens/s" in header
     assert f"CPU {used[-1].data['util']:.0f}%" in header
     assert snapshot_dict(snap)["usage"] == used[-1].data
+    # the ledger's fold of the same log: used = allocated x the mean CPU utilization
+    info = job_info(job.meta, job.spec)
+    [attempt] = attempts_from_events(info, job.events())
+    util = attempt.mean_util()
+    assert attempt.use_kind == "cpu" and util is not None and 0 < util <= 100
+    assert attempt.used_seconds(now=0) == attempt.gpu_seconds(now=0) * util / 100
+
+
+def test_the_use_line_trusts_no_figure() -> None:
+    evil = "<script>alert(1)</script>"
+    metrics = {"tokens_per_s": [(1, float("nan"))], "step_time": [(1, 0.25)], "mfu": [(1, 0.4)]}
+    usage = {"kind": evil, "util": 250.0, "mem": evil}
+    assert use_html(metrics, usage, None) == (
+        "<div class='aviflow-use'>0.25 s/step &nbsp;·&nbsp; MFU 40.0%</div>"
+    )
+    usage = {"kind": "gpu", "util": 87.4, "mem": 40 * 2**30, "memTotal": 80 * 2**30, "power": 512}
+    line = use_html({}, usage, evil)
+    assert line == (
+        "<div class='aviflow-use'>GPU 87% &nbsp;·&nbsp; GPU mem 40.0/80 GiB &nbsp;·&nbsp; 512 W"
+        " &nbsp;·&nbsp; <span class='aviflow-idle' style='color:#b45309'>"
+        "&lt;script&gt;alert(1)&lt;/script&gt;</span></div>"
+    )
+    assert use_html({}, None, None) == ""
 
 
 IDLES = "import time\ntime.sleep(300)\n"
