@@ -19,7 +19,7 @@ without GPUs the "used" hours derive from that, and are labelled CPU, never GPU.
 event for ``after`` seconds (counted from its start or the last busy sample) is flagged once
 with an ``IDLE`` event; with ``action == "cancel"`` the driver then cancels the job.
 
->>> policy = IdlePolicy(below=5.0, after=60.0, action="flag")
+>>> policy = IdlePolicy(below=5.0, after=60.0)
 >>> u = lambda t, util: Event(EventType.USAGE, 1, time=t, data={"kind": "cpu", "util": util})
 >>> is_idle([u(10.0, 1.0), u(40.0, 2.0)], running_since=0.0, now=61.0, policy=policy)
 True
@@ -35,6 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import Field
+
+from aviflow._model import StrictModel
 from aviflow.records import Event, EventType
 from aviflow.store import RunDir
 
@@ -46,23 +49,51 @@ FRESH_SECONDS = 10.0  # a sample older than this (or than 3 intervals) is not cu
 IdleAction = Literal["flag", "cancel"]
 
 
-@dataclass(frozen=True)
-class IdlePolicy:
+class IdlePolicy(StrictModel):
     """The admin's idle rule: under ``below`` percent for ``after`` seconds; then ``action``."""
 
-    below: float
-    after: float
-    action: IdleAction = "flag"
+    below: float = Field(
+        alias="belowPercent",
+        gt=0,
+        le=100,
+        description="A job whose mean GPU utilization (CPU on pools without GPUs) stays under "
+        "this percent ...",
+    )
+    after: float = Field(
+        alias="afterSeconds", gt=0, description="... for this many seconds is flagged idle."
+    )
+    action: IdleAction = Field(
+        "flag",
+        description="flag: an IDLE event in the job's log, shown in its panel and the usage "
+        "report; cancel: that, then the job is cancelled.",
+    )
 
 
-@dataclass(frozen=True)
-class UsageSettings:
+class UsageSettings(StrictModel):
     """How often a driver records use (``interval`` seconds; a rank's sample counts while it
     is younger than 3 x that, and at least :data:`FRESH_SECONDS`), and the idle rule (None:
     no idle check)."""
 
-    interval: float = 60.0
-    idle: IdlePolicy | None = None
+    interval: float = Field(
+        60.0,
+        alias="intervalSeconds",
+        gt=0,
+        le=3600,
+        description="Seconds between two USAGE events of a running job (its mean GPU or CPU "
+        "utilization, memory and power, from what its ranks sample every 2 s).",
+    )
+    idle: IdlePolicy | None = Field(
+        None, description="The idle rule (null: jobs are never flagged idle)."
+    )
+
+    @classmethod
+    def from_value(cls, value: UsageSettings | Mapping[str, Any] | None) -> UsageSettings:
+        """``value`` as settings (a config section's dict is validated here)."""
+        if value is None:
+            return cls()
+        if isinstance(value, UsageSettings):
+            return value
+        return cls.model_validate(value)
 
 
 def usage_argv(settings: UsageSettings) -> list[str]:

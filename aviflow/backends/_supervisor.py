@@ -368,8 +368,8 @@ def usage_arguments(parser: argparse.ArgumentParser) -> None:
 def usage_settings(ns: argparse.Namespace) -> usage.UsageSettings:
     idle = None
     if ns.idle_below is not None and ns.idle_after is not None:
-        idle = usage.IdlePolicy(ns.idle_below, ns.idle_after, ns.idle_action)
-    return usage.UsageSettings(max(0.1, ns.usage_interval), idle)
+        idle = usage.IdlePolicy(below=ns.idle_below, after=ns.idle_after, action=ns.idle_action)
+    return usage.UsageSettings(interval=ns.usage_interval, idle=idle)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from aviflow import _procs
+from aviflow._model import explain
 from aviflow.backends._admission import Waiting
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
@@ -133,10 +136,13 @@ class LocalBackend(StoreReads, Backend):
         capacity: int | None = None,
         quotas: Mapping[str, int] | None = None,
         rank_log_cap: int | str | None = DEFAULT_JOB_LOG_CAP,
-        usage: UsageSettings | None = None,
+        usage: UsageSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.store = RunStore(root)
-        self.usage = usage or UsageSettings()
+        try:
+            self.usage = UsageSettings.from_value(usage)
+        except ValidationError as exc:
+            raise BackendError("usage: " + "; ".join(explain(exc, UsageSettings))) from None
         try:
             self.rank_log_cap = job_log_cap(rank_log_cap)
         except ValueError as exc:

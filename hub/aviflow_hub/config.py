@@ -37,6 +37,7 @@ from aviflow.k8s.settings import (
 )
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.store import DEFAULT_JOB_LOG_CAP, job_log_cap
+from aviflow.usage import UsageSettings
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
 SERVICE_NAME = "aviflow-api"
@@ -369,6 +370,11 @@ class LocalBackendSection(StrictModel):
         alias="rankLogCap",
         description=RANK_LOG_CAP_HELP,
         json_schema_extra=RANK_LOG_CAP_SCHEMA,
+    )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="How often a running job's GPU/CPU use is recorded, and the idle rule "
+        "(README: throughput and use).",
     )
 
     @field_validator("rank_log_cap")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ from aviflow import tracking
 from aviflow.attempts import attempts_from_events, job_info
 from aviflow.backends._supervisor import usage_arguments, usage_settings
 from aviflow.backends.local import LocalBackend
+from aviflow.errors import BackendError
+from aviflow.k8s.settings import ClusterSettings
 from aviflow.records import Event, EventType, JobState
 from aviflow.runtime._sampler import cores_per_rank, cpu_util, device_index
 from aviflow.store import RunDir, atomic_write
@@ -170,7 +173,7 @@ def _sample(run: RunDir, rank: int, t: float, util: float) -> None:
 def test_watch_records_use_every_interval_and_flags_an_idle_attempt_once(tmp_path) -> None:
     run = RunDir(tmp_path / "job")
     run.heartbeats_dir.mkdir(parents=True)
-    settings = UsageSettings(interval=30.0, idle=IdlePolicy(5.0, 60.0, "cancel"))
+    settings = UsageSettings(interval=30.0, idle=IdlePolicy(below=5, after=60, action="cancel"))
     log: list[Event] = []
     for rank in (0, 1):
         _sample(run, rank, 29.0, 1.0)
@@ -270,7 +273,7 @@ IDLES = "import time\ntime.sleep(300)\n"
 
 def test_a_job_that_sleeps_holding_its_slot_is_flagged_idle_and_stopped(run_root):
     rule = IdlePolicy(below=20.0, after=1.0, action="cancel")
-    backend = LocalBackend(root=run_root, capacity=2, usage=UsageSettings(0.5, rule))
+    backend = LocalBackend(root=run_root, capacity=2, usage={"interval": 0.5, "idle": rule})
     job = aviflow.submit(
         {"metadata": {"name": "sleeper"}, "spec": {"script": IDLES}}, backend=backend
     )
@@ -284,8 +287,27 @@ def test_a_job_that_sleeps_holding_its_slot_is_flagged_idle_and_stopped(run_root
 
 
 def test_the_local_backend_passes_the_rule_to_its_supervisor() -> None:
-    settings = UsageSettings(2.5, IdlePolicy(7.5, 600.0, "cancel"))
+    settings = UsageSettings(interval=2.5, idle=IdlePolicy(below=7.5, after=600, action="cancel"))
     parser = argparse.ArgumentParser()
     usage_arguments(parser)
     assert usage_settings(parser.parse_args(usage_argv(settings))) == settings
     assert usage_settings(parser.parse_args(usage_argv(UsageSettings()))) == UsageSettings()
+
+
+def test_the_admins_rule_is_validated_where_it_is_configured(tmp_path: Path) -> None:
+    section = {"intervalSeconds": 30, "idle": {"belowPercent": 10, "afterSeconds": 1800}}
+    rule = IdlePolicy(below=10, after=1800, action="flag")
+    assert ClusterSettings.from_dict({"usage": section}).usage == UsageSettings(
+        interval=30, idle=rule
+    )
+    bad = {"idle": {"belowPercent": 150, "afterSeconds": 60, "action": "stop"}}
+    with pytest.raises(BackendError) as caught:
+        ClusterSettings.from_dict({"usage": bad})
+    assert str(caught.value) == (
+        "bad kubernetes settings: usage.idle.belowPercent: Input should be less than or equal "
+        "to 100 (got 150); usage.idle.action: must be 'flag' or 'cancel', got 'stop'"
+    )
+    backend = LocalBackend(root=tmp_path, capacity=1, usage={"interval": 5, "idle": rule})
+    assert backend.usage == UsageSettings(interval=5, idle=rule)
+    with pytest.raises(BackendError, match=r"^usage: interval: Input should be greater than 0"):
+        LocalBackend(root=tmp_path, capacity=1, usage={"interval": -1})
