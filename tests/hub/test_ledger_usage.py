@@ -201,3 +201,18 @@ def test_a_usage_event_without_a_utilization_adds_nothing(util: object) -> None:
     ]
     [a] = attempts_from_events(info, events)
     assert (a.use_kind, a.use_seconds, a.mean_util()) == (None, 0.0, None)
+
+
+def test_the_hubs_local_backend_gets_the_admins_rule(tmp_path: Path) -> None:
+    from aviflow.usage import IdlePolicy, UsageSettings
+    from aviflow_hub.config import HubConfig
+    from aviflow_hub.service.context import make_backend
+
+    cfg = HubConfig.from_yaml(
+        f"hub: {{dataDir: {tmp_path}}}\n"
+        "api:\n  local:\n    usage:\n      intervalSeconds: 15\n"
+        "      idle: {belowPercent: 5, afterSeconds: 900, action: cancel}\n",
+        source="values",
+    )
+    rule = IdlePolicy(below=5, after=900, action="cancel")
+    assert make_backend(cfg).usage == UsageSettings(interval=15, idle=rule)  # type: ignore[attr-defined]
