@@ -54,6 +54,27 @@ def cpu_util(cpu_before: float, cpu_now: float, wall: float, cores: int) -> floa
     return max(0.0, min(100.0, 100.0 * (cpu_now - cpu_before) / (wall * cores)))
 
 
+def cgroup_cores(text: str) -> int | None:
+    """The cores a cgroup v2 ``cpu.max`` (``"200000 100000"``, or ``"max 100000"``) allows,
+    rounded up; None without a limit."""
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit() or parts[1] == "0":
+        return None
+    return max(1, -(-int(parts[0]) // int(parts[1])))
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by its cgroup's CPU limit
+    (a pod's ``limits.cpu``)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            limit = cgroup_cores(f.read(64))
+    except OSError:
+        limit = None
+    return max(1, min(usable, limit) if limit is not None else usable)
+
+
 def _rss() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as f:
@@ -109,8 +130,7 @@ class Sampler(threading.Thread):
         self.every = every
         self.stop_event = threading.Event()
         self.gpu = nvml_reader(device_index(env))
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        self.cores = cores_per_rank(env, usable or 1)
+        self.cores = cores_per_rank(env, usable_cores())
         self.mem_total = _node_memory()
 
     def sample(self, cpu_before: float, wall_before: float) -> dict[str, Any]:

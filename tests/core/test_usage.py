@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,7 +22,13 @@ from aviflow.backends.local import LocalBackend
 from aviflow.errors import BackendError
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.records import Event, EventType, JobState
-from aviflow.runtime._sampler import cores_per_rank, cpu_util, device_index
+from aviflow.runtime._sampler import (
+    cgroup_cores,
+    cores_per_rank,
+    cpu_util,
+    device_index,
+    nvml_reader,
+)
 from aviflow.store import RunDir, atomic_write
 from aviflow.throughput import Rates, mfu, peak_flops
 from aviflow.usage import (
@@ -202,6 +210,58 @@ def test_the_samplers_arithmetic() -> None:
     assert device_index({"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "4,6"}) == 6
     assert device_index({"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "GPU-ab,GPU-cd"}) == 1
     assert device_index({}) == 0
+    assert [cgroup_cores(t) for t in ("200000 100000", "150000 100000", "max 100000", "")] == [
+        2,
+        2,
+        None,
+        None,
+    ]
+
+
+class FakeNvml:
+    """NVML as ``nvidia-ml-py`` shows it, for two GPUs: no GPU here (and no package in the
+    lock), so the reader's arithmetic is checked against this stand-in."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def nvmlInit(self) -> None:
+        if self.fail:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=[10, 93][h])
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(used=[1, 70 << 30][h], total=141 << 30)
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return [60_000, 612_345][h]  # milliwatts
+
+
+def test_the_nvml_reader(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    read = nvml_reader(1)
+    assert read is not None
+    sample = {**read(), "time": 1.0}
+    assert sample == {
+        "kind": "gpu",
+        "util": 93.0,
+        "mem": 70 << 30,
+        "mem_total": 141 << 30,
+        "power": 612.345,
+        "time": 1.0,
+    }
+    assert parse_sample(sample, 1) == Sample(1, 1.0, "gpu", 93.0, 70 << 30, 141 << 30, 612.345)
+    assert nvml_reader(2) is None  # no such device: the CPU is sampled
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(fail=True))
+    assert nvml_reader(0) is None  # no driver
 
 
 # -- local jobs ------------------------------------------------------------------------------
