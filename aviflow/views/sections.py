@@ -20,7 +20,7 @@ from typing import Any
 from aviflow.records import FailureInfo, JobState
 from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.snapshot import JobSnapshot
-from aviflow.views.use import use_html
+from aviflow.views.use import rank_use, use_html
 
 MAX_POINTS = 300
 MAX_CHARTS = 8
@@ -65,10 +65,11 @@ def ranks_html(snap: JobSnapshot) -> str:
             f"{num(len(snap.ranks))} ranks: {shown}</div>"
         )
     rows = []
+    use = rank_use(snap.usage) if snap.state is JobState.RUNNING else {}
     for node in range(snap.nodes):
         cells = " ".join(
             f"<span class='aviflow-rank' data-rank='{num(r.rank)}'>rank {num(r.rank)} "
-            f"{badge(r.state, 'aviflow-rank-state')}</span>"
+            f"{badge(r.state, 'aviflow-rank-state')}{_rank_use(use, r.rank)}</span>"
             for r in snap.ranks
             if r.node == node
         )
@@ -76,6 +77,11 @@ def ranks_html(snap: JobSnapshot) -> str:
             f"<div class='aviflow-node' data-node='{num(node)}'><b>node {num(node)}</b>: {cells}</div>"
         )
     return "<div class='aviflow-ranks' style='font-size:12px'>" + "".join(rows) + "</div>"
+
+
+def _rank_use(use: dict[int, str], rank: object) -> str:
+    found = use.get(rank) if isinstance(rank, int) else None
+    return f" <span class='aviflow-rank-use'>{esc(found)}</span>" if found else ""
 
 
 def failure_html(failure: FailureInfo) -> str:

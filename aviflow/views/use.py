@@ -60,6 +60,25 @@ def use_parts(data: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def rank_use(data: Mapping[str, Any] | None) -> dict[int, str]:
+    """Each rank's utilization in the latest ``USAGE`` event, as the ranks section shows it
+    (``"87%"``), for ranks whose figure is a percentage."""
+    rows = data.get("perRank") if isinstance(data, Mapping) else None
+    out: dict[int, str] = {}
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, Mapping):
+            continue
+        rank, util = row.get("rank"), _real(row.get("util"))
+        if (
+            isinstance(rank, int)
+            and not isinstance(rank, bool)
+            and util is not None
+            and 0 <= util <= 100
+        ):
+            out[rank] = f"{util:.0f}%"
+    return out
+
+
 def use_html(
     metrics: Mapping[str, list[tuple[int, float]]],
     usage: Mapping[str, Any] | None,

@@ -9,6 +9,7 @@ import argparse
 import itertools
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,9 +42,9 @@ from aviflow.usage import (
     usage_event,
     watch,
 )
-from aviflow.views.sections import header_html, snapshot_dict
-from aviflow.views.snapshot import take_snapshot
-from aviflow.views.use import use_html
+from aviflow.views.sections import header_html, ranks_html, snapshot_dict
+from aviflow.views.snapshot import RankState, take_snapshot
+from aviflow.views.use import rank_use, use_html
 
 
 def _use(t: float, util: float, attempt: int = 1) -> Event:
@@ -202,6 +203,17 @@ def test_watch_records_use_every_interval_and_flags_an_idle_attempt_once(tmp_pat
     assert found.events == ()  # samples older than 3 intervals are no current use
 
 
+def test_flag_only_flags(tmp_path) -> None:
+    run = RunDir(tmp_path / "job")
+    run.heartbeats_dir.mkdir(parents=True)
+    _sample(run, 0, 59.0, 0.0)
+    settings = UsageSettings(interval=30.0, idle=IdlePolicy(below=5, after=60))
+    found = watch(run, [_use(30.0, 0.0)], 1, 0.0, 1, settings, now=60.0)
+    assert [e.type for e in found.events] == [EventType.USAGE, EventType.IDLE]
+    assert found.events[1].message == "idle: CPU utilization under 5% for 60 s; flagged"
+    assert found.cancel is None
+
+
 def test_the_samplers_arithmetic() -> None:
     assert cpu_util(10.0, 13.0, wall=2.0, cores=2) == 75.0
     assert cpu_util(10.0, 30.0, wall=2.0, cores=2) == 100.0
@@ -303,6 +315,9 @@ def test_a_training_jobs_throughput_and_cpu_use_reach_the_run_store_and_the_view
     assert f"{rows[-1].values['tokens_per_s']:,.0f} tokens/s" in header
     assert f"CPU {used[-1].data['util']:.0f}%" in header
     assert snapshot_dict(snap)["usage"] == used[-1].data
+    running = replace(snap, state=JobState.RUNNING, ranks=(RankState(0, 0, "RUNNING"),))
+    util = used[-1].data["perRank"][0]["util"]
+    assert f"<span class='aviflow-rank-use'>{util:.0f}%</span>" in ranks_html(running)
     # the ledger's fold of the same log: used = allocated x the mean CPU utilization
     info = job_info(job.meta, job.spec)
     [attempt] = attempts_from_events(info, job.events())
@@ -326,6 +341,9 @@ def test_the_use_line_trusts_no_figure() -> None:
         "&lt;script&gt;alert(1)&lt;/script&gt;</span></div>"
     )
     assert use_html({}, None, None) == ""
+    per_rank = [{"rank": 0, "util": 55.5}, {"rank": True, "util": 1}, {"rank": 2, "util": "x"}, 7]
+    assert rank_use({"perRank": per_rank}) == {0: "56%"}
+    assert rank_use({"perRank": evil}) == {}
 
 
 IDLES = "import time\ntime.sleep(300)\n"
