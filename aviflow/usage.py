@@ -29,6 +29,7 @@ False
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -40,11 +41,13 @@ from pydantic import Field
 from aviflow._model import StrictModel
 from aviflow.records import Event, EventType
 from aviflow.store import RunDir
+from aviflow.store._files import read_bytes
 
 KINDS = ("gpu", "cpu")
 MAX_BYTES = 1 << 50  # memory figures above a PiB are not believed
 MAX_WATTS = 10_000.0
 MAX_RANKS_IN_EVENT = 64  # per-rank figures kept in one USAGE event (the mean covers all)
+MAX_SAMPLE_BYTES = 4096  # a rank's sample is a few hundred bytes; a bigger file is refused
 FRESH_SECONDS = 10.0  # a sample older than this (or than 3 intervals) is not current use
 IdleAction = Literal["flag", "cancel"]
 
@@ -158,7 +161,11 @@ def read_samples(run: RunDir, attempt: int, world: int) -> list[Sample]:
     """The ranks' latest samples of ``attempt`` (ranks without a readable one left out)."""
     out = []
     for rank in range(world):
-        found = parse_sample(run.read_json(run.usage_path(attempt, rank), None), rank)
+        try:  # beneath the job's directory, no symlink followed, at most MAX_SAMPLE_BYTES
+            raw = read_bytes(run.usage_path(attempt, rank), run.path, MAX_SAMPLE_BYTES)
+            found = parse_sample(json.loads(raw), rank)
+        except (OSError, ValueError, RecursionError):  # missing, refused or not JSON
+            continue
         if found is not None:
             out.append(found)
     return out

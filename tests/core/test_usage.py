@@ -33,11 +33,13 @@ from aviflow.runtime._sampler import (
 from aviflow.store import RunDir, atomic_write
 from aviflow.throughput import Rates, mfu, peak_flops
 from aviflow.usage import (
+    MAX_SAMPLE_BYTES,
     IdlePolicy,
     Sample,
     UsageSettings,
     is_idle,
     parse_sample,
+    read_samples,
     usage_argv,
     usage_event,
     watch,
@@ -212,6 +214,17 @@ def test_flag_only_flags(tmp_path) -> None:
     assert [e.type for e in found.events] == [EventType.USAGE, EventType.IDLE]
     assert found.events[1].message == "idle: CPU utilization under 5% for 60 s; flagged"
     assert found.cancel is None
+
+
+def test_a_sample_file_that_is_not_one_is_skipped(tmp_path) -> None:
+    run = RunDir(tmp_path / "job")
+    run.heartbeats_dir.mkdir(parents=True)
+    _sample(run, 0, 10.0, 40.0)
+    run.usage_path(1, 1).write_text("{" + " " * MAX_SAMPLE_BYTES + "}")  # too big to read
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"time": 10.0, "kind": "cpu", "util": 1}))
+    run.usage_path(1, 2).symlink_to(tmp_path / "elsewhere.json")  # never followed
+    run.usage_path(1, 3).write_text("[" * 3000)  # nested past the JSON reader's depth
+    assert read_samples(run, 1, 5) == [Sample(0, 10.0, "cpu", 40.0)]
 
 
 def test_the_samplers_arithmetic() -> None:
