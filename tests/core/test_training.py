@@ -142,7 +142,7 @@ def test_a_hung_rank_is_reported_with_every_ranks_stacks_and_the_group_restarts(
         backend=local_backend,
     )
     assert job.wait(timeout=WAIT) == JobState.SUCCEEDED, job.logs(tail=40)
-    kinds = [e.type.value for e in job.events()]
+    kinds = states(job)
     assert kinds == [
         "QUEUED",
         "STARTING",
