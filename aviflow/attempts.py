@@ -120,6 +120,8 @@ class Usage:
     gpus: int
     attempts: int
     running_seconds: float
+    used_seconds: float | None = None  # allocated x mean utilization, measured attempts only
+    used_kind: str | None = None  # "gpu" | "cpu": what was measured (the latest attempt's)
 
     @property
     def gpu_seconds(self) -> float:
@@ -247,10 +249,14 @@ def attempts_from_events(job: JobInfo, events: Iterable[Event]) -> list[AttemptR
 
 def usage(attempts: Sequence[AttemptRecord], gpus: int, now: float) -> Usage:
     """Usage of a job with ``gpus`` GPUs from its attempts (open ones count up to ``now``)."""
+    measured = [(a, a.used_seconds(now)) for a in attempts if a.use_kind is not None]
+    used = [u for _, u in measured if u is not None]
     return Usage(
         gpus=gpus,
         attempts=max((a.attempt for a in attempts), default=0),
         running_seconds=sum(a.allocated_seconds(now) for a in attempts),
+        used_seconds=sum(used) if used else None,
+        used_kind=measured[-1][0].use_kind if measured else None,
     )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from aviflow.records import FailureInfo, JobState
 from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.snapshot import JobSnapshot
-from aviflow.views.use import rank_use, use_html
+from aviflow.views.use import rank_use, use_html, used_hours_html
 
 MAX_POINTS = 300
 MAX_CHARTS = 8
@@ -36,7 +36,8 @@ def header_html(snap: JobSnapshot) -> str:
         f"<code class='aviflow-id'>{esc(snap.id)}</code>",
         badge(snap.state.value),
         f"<span class='aviflow-elapsed'>elapsed {esc(duration(snap.elapsed))}</span>",
-        f"<span class='aviflow-gpu-hours'>{num(snap.gpu_hours, '.4f')} GPU-h</span>",
+        f"<span class='aviflow-gpu-hours'>{num(snap.gpu_hours, '.4f')} GPU-h</span>"
+        + used_hours_html(snap.used_hours, snap.used_kind),
         f"<span>{num(snap.nodes)}&times;{num(snap.gpus_per_node)} GPUs</span>",
     ]
     if not isinstance(snap.attempt, int) or snap.attempt > 1:
@@ -281,6 +282,8 @@ def snapshot_dict(snap: JobSnapshot) -> dict[str, Any]:
         "now": snap.now,
         "elapsed": snap.elapsed,
         "gpuHours": snap.gpu_hours,
+        "usedHours": snap.used_hours,
+        "usedKind": snap.used_kind,
         "failure": snap.failure.to_dict() if snap.failure else None,
         "ranks": [{"rank": r.rank, "node": r.node, "state": r.state} for r in snap.ranks],
         "logRanks": list(snap.log_ranks),

@@ -61,6 +61,8 @@ class JobSnapshot:
     # (also once the job has finished) until it is false
     catching_up: bool = False
     usage: dict[str, Any] | None = None  # the attempt's latest USAGE event's data
+    used_hours: float | None = None  # allocated GPU-hours x mean utilization (measured)
+    used_kind: str | None = None  # what was measured: "gpu" | "cpu"
     idle: str | None = None  # the attempt's IDLE flag, if it was flagged
 
     @property
@@ -252,6 +254,7 @@ class SnapshotReader:
     ) -> JobSnapshot:
         assert self.spec is not None and self.meta is not None
         spec, state = self.spec.spec, record.state
+        held = usage_from_events(self.events, spec.total_gpus, now)
         used = latest_usage(self.events, record.attempt)
         idle = flagged_idle(self.events, record.attempt)
         return JobSnapshot(
@@ -266,7 +269,9 @@ class SnapshotReader:
             submitted=self.meta.submitted or (self.events[0].time if self.events else None),
             finished=finished_at(self.events) if state.is_finished() else None,
             now=now,
-            gpu_hours=usage_from_events(self.events, spec.total_gpus, now).gpu_hours,
+            gpu_hours=held.gpu_hours,
+            used_hours=None if held.used_seconds is None else held.used_seconds / 3600,
+            used_kind=held.used_kind,
             ranks=rank_states(
                 state, spec.nodes, spec.gpus_per_node, record.failure, set(log_ranks)
             ),

@@ -79,6 +79,16 @@ def rank_use(data: Mapping[str, Any] | None) -> dict[int, str]:
     return out
 
 
+def used_hours_html(hours: object, kind: object) -> str:
+    """`` (used N, GPU)`` after the allocated GPU-hours: allocated x mean utilization, from
+    GPU or, on a pool without GPUs, CPU use (labelled so); ``""`` when unmeasured."""
+    value = _real(hours)
+    if value is None or value < 0:
+        return ""
+    what = "GPU" if kind == "gpu" else "CPU"
+    return f" <span class='aviflow-used-hours'>(used {value:.4f}, by {what} use)</span>"
+
+
 def use_html(
     metrics: Mapping[str, list[tuple[int, float]]],
     usage: Mapping[str, Any] | None,

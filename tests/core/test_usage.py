@@ -337,6 +337,8 @@ def test_a_training_jobs_throughput_and_cpu_use_reach_the_run_store_and_the_view
     util = attempt.mean_util()
     assert attempt.use_kind == "cpu" and util is not None and 0 < util <= 100
     assert attempt.used_seconds(now=0) == attempt.gpu_seconds(now=0) * util / 100
+    assert (snap.used_hours, snap.used_kind) == (attempt.used_seconds(now=0) / 3600, "cpu")
+    assert f"(used {snap.used_hours:.4f}, by CPU use)" in header
 
 
 def test_the_use_line_trusts_no_figure() -> None:

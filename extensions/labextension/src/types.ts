@@ -111,6 +111,9 @@ export interface JobDetail {
   now: number;
   elapsed: number;
   gpuHours: number;
+  /** Allocated GPU-hours x mean utilization (GPU, or CPU on a pool without GPUs: usedKind). */
+  usedHours?: number | null;
+  usedKind?: 'gpu' | 'cpu' | null;
   failure: JobFailure | null;
   logRanks: number[];
   checkpoints: CheckpointInfo[];
