@@ -67,6 +67,7 @@ class EventType(StrEnum):
     (counts against ``maxRestarts``). ``EVICTED``: the attempt lost its admission (a node
     went away, an admin drained it); ``PREEMPTED``: a higher-priority or borrowing-back
     workload took its quota. Both requeue the job without counting against ``maxRestarts``.
+    ``USAGE`` and ``IDLE`` (:mod:`aviflow.usage`) are the driver's notes on a running attempt.
     """
 
     QUEUED = "QUEUED"
@@ -78,6 +79,8 @@ class EventType(StrEnum):
     RESTARTING = "RESTARTING"
     EVICTED = "EVICTED"
     PREEMPTED = "PREEMPTED"
+    USAGE = "USAGE"
+    IDLE = "IDLE"
 
     def ends_attempt(self) -> bool:
         """Whether an event of this type ends the attempt that is running."""

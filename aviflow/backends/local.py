@@ -32,7 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from aviflow import _procs
+from aviflow._model import explain
 from aviflow.backends._admission import Waiting
 from aviflow.backends._forecast import forecast
 from aviflow.backends._store import StoreReads
@@ -56,6 +59,7 @@ from aviflow.store import (
     rank_log_share,
     read_json,
 )
+from aviflow.usage import UsageSettings, usage_argv
 
 DEFAULT_CAPACITY = 8
 CAPACITY_ENV = "AVIFLOW_LOCAL_CAPACITY"
@@ -127,6 +131,8 @@ class LocalBackend(StoreReads, Backend):
     ``quotas`` (queue -> GPUs), when given, replaces the run store's queue quotas.
     ``rank_log_cap``: the most one job's rank logs take, all ranks together (bytes or a
     quantity such as ``"8Gi"``; None: no cap); each rank's log is rotated at its share.
+    ``usage``: how often a running job's use is recorded and the idle rule
+    (:class:`aviflow.usage.UsageSettings`; default: every minute, no idle check).
     """
 
     name = "local"
@@ -137,8 +143,13 @@ class LocalBackend(StoreReads, Backend):
         capacity: int | None = None,
         quotas: Mapping[str, int] | None = None,
         rank_log_cap: int | str | None = DEFAULT_JOB_LOG_CAP,
+        usage: UsageSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.store = RunStore(root)
+        try:
+            self.usage = UsageSettings.from_value(usage)
+        except ValidationError as exc:
+            raise BackendError("usage: " + "; ".join(explain(exc, UsageSettings))) from None
         try:
             self.rank_log_cap = job_log_cap(rank_log_cap)
         except ValueError as exc:
@@ -368,6 +379,7 @@ class LocalBackend(StoreReads, Backend):
                     str(self.capacity),
                     "--rank-log-cap",
                     str(self.rank_log_cap or 0),
+                    *usage_argv(self.usage),
                     "--daemonize",
                 ],
                 stdin=subprocess.DEVNULL,

@@ -28,6 +28,7 @@ from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
 from aviflow.store import DEFAULT_JOB_LOG_CAP, MIN_RANK_LOG_CAP, job_log_cap
+from aviflow.usage import UsageSettings
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -274,6 +275,11 @@ class ClusterSettings(StrictModel):
         alias="rankLogCap",
         description=RANK_LOG_CAP_HELP,
         json_schema_extra=RANK_LOG_CAP_SCHEMA,
+    )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="How often the controller records a running job's GPU/CPU use, and the "
+        "idle rule (README: throughput and use).",
     )
 
     runtimes: dict[str, TrainingRuntime] = Field(

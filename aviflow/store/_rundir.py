@@ -248,6 +248,10 @@ class RunDir:
     def rank_heartbeat_path(self, attempt: int, rank: int) -> Path:
         return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
 
+    def usage_path(self, attempt: int, rank: int) -> Path:
+        """A rank's latest use sample (:mod:`aviflow.usage`), refreshed by its sampler."""
+        return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.usage.json"
+
     def stack_path(self, attempt: int, rank: int) -> Path:
         return self.stacks_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.txt"
 

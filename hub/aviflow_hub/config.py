@@ -37,6 +37,7 @@ from aviflow.k8s.settings import (
 )
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.store import DEFAULT_JOB_LOG_CAP, job_log_cap
+from aviflow.usage import UsageSettings
 from aviflow_hub.service.lanes import LEDGER_WORKERS, READ_WORKERS, WAIT, WRITE_WORKERS
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
@@ -370,6 +371,11 @@ class LocalBackendSection(StrictModel):
         alias="rankLogCap",
         description=RANK_LOG_CAP_HELP,
         json_schema_extra=RANK_LOG_CAP_SCHEMA,
+    )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="How often a running job's GPU/CPU use is recorded, and the idle rule "
+        "(README: throughput and use).",
     )
 
     @field_validator("rank_log_cap")

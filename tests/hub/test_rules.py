@@ -347,7 +347,7 @@ def test_the_old_capacity_key_points_to_the_new_section() -> None:
         HubConfig.from_dict({"api": {"local": {"capacity": 0, "slots": 1}}})
     assert sorted(err.value.problems) == [
         "api.local.capacity: Input should be greater than or equal to 1 (got 0)",
-        "api.local.slots: unknown key; valid keys: capacity, rankLogCap",
+        "api.local.slots: unknown key; valid keys: capacity, rankLogCap, usage",
     ]
 
 
