@@ -46,6 +46,7 @@ from typing import Any
 from aviflow._units import format_duration
 
 UNKNOWN = math.inf  # a release with no known end
+DRY_RUN_ID = "(this job)"  # a job not submitted yet, in a dry run's forecast
 _MAX_COUNT = 1 << 31  # a larger count in a status file is not believed
 
 

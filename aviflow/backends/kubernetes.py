@@ -47,15 +47,18 @@ from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import AviflowError, BackendError, BackendUnavailable
+from aviflow.estimate import DRY_RUN_ID, UNKNOWN, Estimate, estimate
+from aviflow.estimate import Waiting as EstWaiting
 from aviflow.k8s import manifests as m
 from aviflow.k8s.client import api_client, may_have_arrived, unreachable
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.forecast import POOL_FILE, POOL_FRESH, read_snapshot
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads, queue_quota
 from aviflow.k8s.settings import ApiTimeout, ClusterSettings
 from aviflow.names import slugify
 from aviflow.records import JobStatus, Owner, QueueQuota, TrainerImage
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore
+from aviflow.store import RunDir, RunStore, read_json
 
 CONFIG_ENV = "AVIFLOW_K8S_CONFIG"
 RUNS_MOUNT_ENV = "AVIFLOW_RUNS_MOUNT"
@@ -334,6 +337,23 @@ class KubernetesBackend(StoreReads, Backend):
             return job_id, run.meta().user, run.spec().spec.total_gpus
         except AviflowError:
             return None
+
+    def forecast(self, job: TrainJob) -> Estimate | None:
+        """From the controller's latest snapshot of the pool (``.pool.json`` in the run store,
+        at most :data:`POOL_FRESH` seconds old): ``job`` after the jobs waiting in its
+        ClusterQueue. None where there is no fresh snapshot, or its queue is not in it."""
+        found = read_snapshot(read_json(self.store.root / POOL_FILE, None, beneath=self.store.root))
+        now = time.time()
+        if found is None or not 0 <= now - found[0] <= POOL_FRESH:
+            return None
+        _, limits, holding, waiting, queues, reclaim = found
+        cq = queues.get(job.spec.queue)
+        if cq is None:
+            return None
+        limit = job.spec.time_limit_seconds
+        me = EstWaiting(DRY_RUN_ID, cq, job.spec.total_gpus,
+                        (0.0, float(limit) if limit is not None else UNKNOWN))  # fmt: skip
+        return estimate(now, limits, holding, [*waiting, me], reclaim=reclaim)[DRY_RUN_ID]
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """The TrainJob, its Service (and NetworkPolicy) and attempt 1's Job, with

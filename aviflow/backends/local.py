@@ -42,7 +42,7 @@ from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, JobNotFound
-from aviflow.estimate import UNKNOWN, Estimate
+from aviflow.estimate import DRY_RUN_ID, UNKNOWN, Estimate
 from aviflow.estimate import Waiting as EstWaiting
 from aviflow.images import pick, this_python
 from aviflow.lifecycle import Lifecycle, Lost, Policy
@@ -69,7 +69,6 @@ QUEUE_LOCK = ".queue.lock"
 SUPERVISOR_START_GRACE = 60.0
 RECONCILE_SECONDS = 2.0
 CANCEL_WAIT = 60.0  # seconds cancel() gives the supervisor to stop the job
-DRY_RUN_ID = "(this job)"  # the not-yet-submitted job of a forecast
 ORPHAN_MESSAGE = "the job supervisor exited unexpectedly; see supervisor.log"
 
 

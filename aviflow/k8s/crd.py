@@ -45,6 +45,25 @@ STATUS_SCHEMA: dict[str, Any] = {
         "message": {"type": "string"},
         "updated": {"type": "number"},
         "queuePosition": {"type": "integer", "minimum": 1},
+        "expectedStart": {
+            "type": "object",
+            "description": "While QUEUED, when it is expected to start (aviflow.estimate).",
+            "properties": {
+                "low": {"type": "number", "nullable": True},
+                "high": {"type": "number", "nullable": True},
+                "never": {"type": "string"},
+                "now": {"type": "boolean"},
+                "assumed": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "wait": {
+            "type": "object",
+            "description": "While QUEUED, the numbers behind its wait (aviflow.estimate).",
+            "properties": {
+                k: {"type": "string"} if k == "queue" else {"type": "integer"}
+                for k in ("queue", "quota", "holds", "borrowed", "lendable", "ahead", "aheadGpus")
+            },
+        },
         "failure": {
             "type": "object",
             "description": "The first failing rank (aviflow.records.FailureInfo).",

@@ -57,6 +57,9 @@ API_RULES = [
     _rule([VISIBILITY], ["localqueues/pendingworkloads"], ["get"]),
 ]
 API_CLUSTER_RULES = [_rule([KUEUE], ["clusterqueues"], ["get", "list"])]
+# The controller reads the ClusterQueues' limits and use for its start-time forecast
+# (aviflow.operator._forecast); cluster-scoped, read-only.
+CONTROLLER_CLUSTER_RULES = [_rule([KUEUE], ["clusterqueues"], ["get", "list"])]
 # A team member with kubectl, in the team's namespace (the chart's kubectlAccess): TrainJobs
 # (create, read, annotate to cancel), their pods' logs, the queue and its Workloads, and the
 # team's Secrets. The queue

@@ -39,7 +39,7 @@ from aviflow.attempts import admission_drift, held_seconds
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads
+from aviflow.k8s.kueue import owner_job
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
     Action,
@@ -57,6 +57,7 @@ from aviflow.lifecycle import (
 )
 from aviflow.operator._binding import Binder
 from aviflow.operator._cell import ACTIVE, Cell, final, job_label
+from aviflow.operator._forecast import PoolForecast
 from aviflow.operator._informer import Obj
 from aviflow.operator._observe import (
     AttemptJob,
@@ -64,9 +65,9 @@ from aviflow.operator._observe import (
     Snapshot,
     WorkloadView,
     next_observation,
-    queue_positions,
 )
 from aviflow.operator._orphans import SUBMISSION_GRACE, Submissions
+from aviflow.operator._reads import API_TIMEOUT, ClusterReads
 from aviflow.operator._workqueue import WorkQueue
 from aviflow.paging import read_pages
 from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
@@ -77,8 +78,6 @@ log = logging.getLogger("aviflow.operator")
 DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time limit
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
-POSITIONS_TTL = 1.0
-API_TIMEOUT = 30.0  # no call may hold a worker for ever
 DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
 
 
@@ -126,16 +125,16 @@ class Controller:
         }
         self._informers = [i for cell in self.cells.values() for i in cell.informers]
         self._deleted: dict[str, Obj] = {}
-        self.binder = Binder(store, self._refuse, self.settings, self._team_of)
+        self.reads = ClusterReads(api, self.custom, self.cells)
+        self.binder = Binder(store, self._refuse, self.settings, self.reads.team_of)
         self.submissions = Submissions(
             store,
             {ns: cell.trainjobs for ns, cell in self.cells.items()},
-            self._fetch_trainjob,
+            self.reads.trainjob,
             self._guard,
             submission_grace,
         )
-        self._positions_lock = threading.Lock()
-        self._position_cache: dict[tuple[str, str], tuple[float, dict[str, int]]] = {}
+        self.forecast = PoolForecast(self)
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
         self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
         self._full: dict[str, float] = {}  # TrainJob key -> since when the store refused it
@@ -193,6 +192,8 @@ class Controller:
             queued = time.monotonic() - last_queued >= self.queued_tick
             if queued:
                 last_queued = time.monotonic()
+            if queued:
+                self.forecast.refresh()
             for obj in (o for c in self.cells.values() for o in c.trainjobs.by(ACTIVE)):
                 state = (obj.get("status") or {}).get("state")  # never final: see _cell
                 if queued or state not in ("QUEUED", None):
@@ -517,10 +518,11 @@ class Controller:
         if lc.state is JobState.QUEUED:
             wl = snap.workloads.get(lc.attempt + 1)  # the snapshot found it already
             if wl is not None:
-                position = self._positions(ns, wl.queue).get(wl.name)
+                position = self.reads.positions(ns, wl.queue).get(wl.name)
                 if wl.pending:
                     message = f"waiting for admission: {wl.pending}"
-        status = lc.status(position, message)
+        expected, wait = self.forecast.get(job_id) if lc.state is JobState.QUEUED else (None, None)
+        status = lc.status(position, message, expected_start=expected, wait=wait)
         self._guard()
         if status != run.status():
             run.write_status(status)
@@ -543,30 +545,6 @@ class Controller:
                 if exc.status != 404:
                     raise
 
-    def _positions(self, ns: str, queue: str) -> dict[str, int]:
-        """1-based positions of the LocalQueue's pending workloads, from Kueue's visibility
-        API (read at most once a second per queue), else derived from the Workloads."""
-        now = time.monotonic()
-        with self._positions_lock:
-            cached = self._position_cache.get((ns, queue))
-            if cached is not None and now - cached[0] < POSITIONS_TTL:
-                return cached[1]
-        try:
-            pending = pending_workloads(self.api, ns, queue) if queue else None
-        except Exception as exc:  # the visibility API is down: Kueue's order from Workloads
-            log.warning("queue positions of %s from Kueue's visibility API: %r", queue, exc)
-            pending = None
-        if pending is not None:
-            found = {
-                i["metadata"]["name"]: int(i.get("positionInLocalQueue", 0)) + 1 for i in pending
-            }
-        else:
-            derived = queue_positions(self.cells[ns].workloads.items())
-            found = {name: pos for (_, name), pos in derived.items()}
-        with self._positions_lock:
-            self._position_cache[(ns, queue)] = (now, found)
-        return found
-
     def _record_deleted(self, cr: Obj) -> None:
         """The TrainJob was deleted (its children go with it): record the end if it had none."""
         path = self.store.locate(cr["metadata"]["name"])
@@ -582,32 +560,6 @@ class Controller:
         if step.events:
             self._guard()
             run.record(step.events, step.lifecycle.status())
-
-    def _fetch_trainjob(self, namespace: str, name: str) -> Obj | None:
-        """The TrainJob as the API server has it (not the cache), or None."""
-        try:
-            found = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found if isinstance(found, dict) else None
-
-    def _team_of(self, namespace: str, queue: str) -> str | None:
-        """The team whose LocalQueue ``queue`` is (its ``aviflow.dev/team`` label), or None."""
-        try:
-            lq = self.custom.get_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", queue,
-                _request_timeout=API_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as exc:
-            log.info("LocalQueue %s/%s: %s", namespace, queue, exc.reason)
-            return None
-        labels = (lq.get("metadata") or {}).get("labels") if isinstance(lq, dict) else None
-        team = labels.get(m.LABEL_TEAM) if isinstance(labels, dict) else None
-        return team if isinstance(team, str) and team else None
 
     def _refuse(self, cr: Obj, message: str) -> None:
         """A TrainJob the controller will not run: FAILED on its status (no run directory),

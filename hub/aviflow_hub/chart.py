@@ -362,6 +362,7 @@ def generated() -> dict[str, str]:
     rules = {
         "hub": HUB_RULES,
         "controller": rbac.CONTROLLER_RULES,
+        "controllerCluster": rbac.CONTROLLER_CLUSTER_RULES,
         "api": rbac.API_RULES,
         "apiCluster": rbac.API_CLUSTER_RULES,
         "member": rbac.MEMBER_RULES,

@@ -364,6 +364,9 @@ def test_hub_and_api_pods_share_the_token_and_have_their_own_identities(render: 
     assert doc(docs, "Role", "aviflow-hub")["rules"] == HUB_RULES
     assert doc(docs, "Role", "aviflow-api")["rules"] == rbac.API_RULES
     assert doc(docs, "ClusterRole", "aviflow-api")["rules"] == rbac.API_CLUSTER_RULES
+    assert doc(docs, "ClusterRole", "aviflow-controller")["rules"] == (
+        rbac.CONTROLLER_CLUSTER_RULES
+    )
     for pod in (hub, api):
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True

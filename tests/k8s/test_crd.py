@@ -96,13 +96,17 @@ def test_the_status_schema_has_the_job_status_keys() -> None:
     status = trainjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
         "status"
     ]
+    from aviflow.estimate import Estimate, WaitNumbers
     from aviflow.records import FailureInfo, JobState
 
     full = JobStatus(
-        JobState.FAILED, 2, "m", 1.0, 3, FailureInfo(1, 0, 1, "E", "m", "t", 1, "l", 1.0, 7)
-    )
-    assert set(status["properties"]) == set(full.to_dict())
-    assert set(status["properties"]["failure"]["properties"]) == set(full.failure.to_dict())  # type: ignore[union-attr]
+        JobState.FAILED, 2, "m", 1.0, 3, FailureInfo(1, 0, 1, "E", "m", "t", 1, "l", 1.0, 7),
+        Estimate("j", 1.0, 2.0, "x", ("a",), now=True), WaitNumbers("q", 1, 2, 3, 4, 5, 6),
+    )  # fmt: skip
+    wire = full.to_dict()
+    assert set(status["properties"]) == set(wire)
+    for key in ("failure", "expectedStart", "wait"):
+        assert set(status["properties"][key]["properties"]) == set(wire[key]), key
 
 
 def apply(cluster: Any, namespace: str, job: dict[str, Any]) -> Any:

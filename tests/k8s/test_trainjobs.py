@@ -13,8 +13,10 @@ import pytest
 
 from aviflow import api
 from aviflow._units import parse_duration
-from aviflow.attempts import admission_drift
+from aviflow.attempts import admission_drift, held_seconds
 from aviflow.errors import RequestError
+from aviflow.estimate import WaitNumbers
+from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir
@@ -309,7 +311,7 @@ def meta_before_team(raw: bytes) -> str | None:
 def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None:
     pool = make_pool({"team-a": {"gpus": 4}, "team-b": {"gpus": 4}})
     slow = {"TINY_STEPS": "40", "TINY_STEP_SLEEP": "0.2"}
-    a1 = api.submit(tiny("a1", "team-a", env=slow), pool.backend)
+    a1 = api.submit(tiny("a1", "team-a", env=slow, timeLimit="10m"), pool.backend)
     b1 = api.submit(tiny("b1", "team-b", env=slow), pool.backend)
     # a2 once a1 holds team a's quota (Kueue's order within one second is not submission's)
     wait_for(lambda: a1.status is not JobState.QUEUED, 120, "a1 admitted")
@@ -328,6 +330,28 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     )
     assert (waiting.state, waiting.queue_position) == (JobState.QUEUED, 1), waiting
     assert "4 more needed" in waiting.message, waiting.message
+    # when a2 will start: once a1 gives its 4 GPUs back, by a1's time limit at the latest
+    # (the controller's forecast, every queued tick), and why it waits, in numbers
+    est = wait_for(lambda: a2.status_record().expected_start, 60, "a2's expected start")
+    now = time.time()
+    a1_end = now + 600 - held_seconds(a1.events(), now)
+    assert est.never is None and est.high == pytest.approx(a1_end, abs=1.0), (est, a1_end)
+    assert a2.status_record().wait == WaitNumbers(
+        f"{pool.prefix}-team-a", quota=4, holds=4, borrowed=0, lendable=0, ahead=0, ahead_gpus=0
+    )
+    from kubernetes import client
+
+    cr = client.CustomObjectsApi(pool.api).get_namespaced_custom_object(
+        GROUP, VERSION, pool.namespace, PLURAL, a2.id
+    )
+    assert cr["status"]["expectedStart"]["high"] == est.high  # kubectl get trainjob shows it
+    # a dry run behind a2 (aviflow-api's, from the controller's snapshot): after a1 and a2
+    dry = pool.backend.forecast(tiny("a3", "team-a", timeLimit="5m"))
+    assert dry is not None and dry.high is None  # a2 has no time limit: no later bound
+    assert pool.backend.forecast(tiny("a4", "team-a", nodes=2, gpus=4)).never == (  # type: ignore[union-attr]
+        f"needs 8 GPUs; queue '{pool.prefix}-team-a' may hold at most 4 (its quota, 4, and no "
+        "cohort to borrow from)"
+    )
     queues = {q.queue: q for q in pool.backend.queues()}  # from Kueue (visibility API)
     a, b = queues["team-a"], queues["team-b"]
     assert (a.gpu_quota, a.gpus_in_use, a.pending_count, b.gpus_in_use) == (4, 4, 1, 4)
@@ -340,6 +364,7 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     }
     ended_a1 = a1.events()[-1].time
     assert started["a2"] >= ended_a1 - 1.0, "a2 started before a1 gave its GPUs back"
+    assert est.low is not None and est.low - 5.0 <= started["a2"] <= est.high  # as estimated
 
 
 def test_preempted_borrower_resumes_from_its_checkpoint(make_pool: Any) -> None:

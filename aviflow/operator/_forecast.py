@@ -1,0 +1,204 @@
+"""The controller's forecast: when each queued TrainJob is expected to start.
+
+Every ``queued_tick`` the controller's ticker calls :meth:`PoolForecast.refresh`: it reads
+the ClusterQueues (their limits and use; cached :data:`CQ_TTL` seconds), the jobs holding
+GPUs (its TrainJob cache; how long each has held them, from its run directory's events) and
+the queued ones in Kueue's order (its visibility API, as the queue positions), and replays
+admission forward (:mod:`aviflow.estimate`). GPUs a ClusterQueue's status counts that no
+Aviflow job holds (plain Kueue Jobs) are a holding with no known end. Each queued job's
+estimate reaches its status (``_write_status``); it is replaced only when it moved by a
+minute or a tenth of the wait, so a status is not rewritten every tick. The snapshot goes to
+the run store (``.pool.json``) for aviflow-api's dry runs.
+
+A ClusterQueue the controller may not read (no ``clusterqueues`` rule) leaves its jobs with
+no estimate; nothing else depends on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from aviflow.attempts import held_seconds
+from aviflow.errors import AviflowError
+from aviflow.estimate import (
+    UNKNOWN,
+    Estimate,
+    Holding,
+    Waiting,
+    WaitNumbers,
+    estimate,
+    release_window,
+    wait_numbers,
+)
+from aviflow.k8s import manifests as m
+from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, reclaims, snapshot_dict
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
+from aviflow.paging import read_pages
+from aviflow.spec import TrainJob
+from aviflow.store import RunDir, atomic_write
+
+if TYPE_CHECKING:
+    from aviflow.operator._controller import Controller
+
+log = logging.getLogger("aviflow.operator")
+
+CQ_TTL = 10.0  # seconds the ClusterQueues and LocalQueues read are reused
+ASSUMED = (
+    "running jobs end by their time limit (those without one at an unknown time); "
+    "GPUs held by jobs Aviflow does not run end at an unknown time",
+)
+Forecast = tuple[Estimate | None, WaitNumbers | None]
+
+
+def _moved(old: Estimate | None, new: Estimate) -> bool:
+    """Whether ``new`` says something ``old`` did not (another bound, or a bound moved by a
+    minute and a tenth of the wait)."""
+    if old is None or (old.never, old.now, old.high is None) != (
+        new.never,
+        new.now,
+        new.high is None,
+    ):
+        return True
+    for a, b in ((old.low, new.low), (old.high, new.high)):
+        if a is None or b is None:
+            if a != b:
+                return True
+            continue
+        if abs(a - b) >= max(60.0, 0.1 * abs(b - time.time())):
+            return True
+    return False
+
+
+class PoolForecast:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self._lock = threading.Lock()
+        self._found: dict[str, Forecast] = {}
+        self._cqs: tuple[float, dict[str, Any]] = (0.0, {})
+        self._lqs: dict[tuple[str, str], tuple[float, str | None]] = {}
+        self._denied = False
+
+    def get(self, job_id: str) -> Forecast:
+        with self._lock:
+            return self._found.get(job_id, (None, None))
+
+    def refresh(self, now: float | None = None) -> None:
+        """Recompute every queued job's forecast (errors are logged: it is advice)."""
+        try:
+            self._refresh(time.time() if now is None else now)
+        except Exception as exc:
+            log.warning("forecast: %r", exc)
+
+    def _cluster_queues(self, now: float) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        at, cqs = self._cqs
+        if now - at < CQ_TTL:
+            return cqs
+        try:
+            found: Any = self.ctl.custom.list_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", _request_timeout=10
+            )
+            items = found["items"]
+        except ApiException as exc:
+            if exc.status == 403 and not self._denied:
+                self._denied = True
+                log.warning("forecast: the controller may not list ClusterQueues: no estimates")
+            return cqs
+        cqs = {cq["metadata"]["name"]: cq for cq in items}
+        self._cqs = (now, cqs)
+        return cqs
+
+    def _cluster_queue_of(self, ns: str, lq: str, now: float) -> str | None:
+        from kubernetes.client.exceptions import ApiException
+
+        cached = self._lqs.get((ns, lq))
+        if cached is not None and now - cached[0] < CQ_TTL * 30:
+            return cached[1]
+        try:
+            obj: Any = self.ctl.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", lq, _request_timeout=10
+            )
+            cq = (obj.get("spec") or {}).get("clusterQueue")
+        except ApiException:
+            cq = None
+        self._lqs[(ns, lq)] = (now, cq)
+        return cq
+
+    @staticmethod
+    def _held(run: RunDir, job: TrainJob, now: float) -> tuple[float, float]:
+        try:
+            events = read_pages(run.events).items
+        except (AviflowError, OSError, ValueError):
+            events = []
+        held = held_seconds(events, now)
+        window, _ = release_window(now, now - held, time_limit=job.spec.time_limit_seconds)
+        return window
+
+    def _refresh(self, now: float) -> None:
+        cqs = self._cluster_queues(now)
+        if not cqs:
+            return
+        gpu = self.ctl.settings.gpu_resource
+        holding: list[Holding] = []
+        queued: list[tuple[int, str, Waiting]] = []
+        queues: dict[str, str] = {}
+        for ns, cell in self.ctl.cells.items():
+            for cr in cell.trainjobs.by("active"):
+                job_id = cr["metadata"]["name"]
+                try:  # the spec the job was submitted with (the controller's own source)
+                    path = self.ctl.store.locate(job_id)
+                    if path is None:
+                        continue
+                    run = RunDir(path)
+                    job = run.spec()
+                except (AviflowError, OSError, ValueError):
+                    continue
+                cq = self._cluster_queue_of(ns, job.spec.queue, now)
+                if cq is None or cq not in cqs:
+                    continue
+                queues[job.spec.queue] = cq
+                state = (cr.get("status") or {}).get("state") or "QUEUED"
+                if state in ("STARTING", "RUNNING"):
+                    window = self._held(run, job, now)
+                    holding.append(Holding(job_id, cq, job.spec.total_gpus, window))
+                elif state == "QUEUED":
+                    attempt = int((cr.get("status") or {}).get("attempt") or 0) + 1
+                    positions = self.ctl.reads.positions(ns, job.spec.queue)
+                    position = positions.get(m.attempt_name(job_id, attempt) + "", None)
+                    if position is None:  # its Workload's name is Kueue's, not the Job's
+                        position = next(
+                            (positions[wl["metadata"]["name"]]
+                             for wl in cell.workloads.by(m.attempt_name(job_id, attempt))
+                             if wl["metadata"]["name"] in positions),
+                            1 << 30,
+                        )  # fmt: skip
+                    limit = job.spec.time_limit_seconds
+                    runs_for = (0.0, float(limit) if limit is not None else UNKNOWN)
+                    queued.append((position, cr["metadata"].get("creationTimestamp", ""),
+                                   Waiting(job_id, cq, job.spec.total_gpus, runs_for)))  # fmt: skip
+        for name, cq in cqs.items():  # GPUs held by what Aviflow does not run
+            other = cq_usage(cq, gpu) - sum(h.gpus for h in holding if h.queue == name)
+            if other > 0:
+                holding.append(Holding(f"(others in {name})", name, other, (now, UNKNOWN)))
+        waiting = [w for _, _, w in sorted(queued, key=lambda q: (q[0], q[1]))]
+        limits = [queue_limits(cq, gpu) for cq in cqs.values()]
+        reclaim = all(reclaims(cq) for cq in cqs.values())
+        found = estimate(now, limits, holding, waiting, reclaim=reclaim, assumed=ASSUMED)
+        with self._lock:
+            old = self._found
+            self._found = {}
+            for w in waiting:
+                est = found[w.id]
+                kept = old.get(w.id, (None, None))[0]
+                est = kept if kept is not None and not _moved(kept, est) else est
+                self._found[w.id] = (est, wait_numbers(w, limits, holding, waiting))
+        snap = snapshot_dict(now, limits, holding, waiting, queues, reclaim)
+        try:
+            atomic_write(self.ctl.store.root / POOL_FILE, json.dumps(snap))
+        except OSError as exc:
+            log.warning("forecast: cannot write %s: %r", POOL_FILE, exc)
