@@ -8,6 +8,7 @@ temporary file left anywhere in the store."""
 from __future__ import annotations
 
 import errno
+import getpass
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 import pytest
@@ -240,3 +242,42 @@ def test_out_of_space_reads_wrapped_errors_and_the_disk(small_disk: Path, tmp_pa
     _fill(small_disk / "filler")
     assert out_of_space(mute, small_disk)
     assert not out_of_space(ValueError("bad"), tmp_path)
+
+
+# -- a submission on a store that fills as it is made -----------------------------------------------
+@pytest.mark.parametrize("before", [0, 1], ids=["first-job", "after-another"])
+def test_a_store_that_fills_just_after_the_rename_refuses_the_submission_whole(
+    small_disk: Path, monkeypatch, before: int
+) -> None:
+    """The disk fills just after the job's directory is renamed into place: the index line
+    (a new file on a fresh store), or else the job's first events, cannot be written. The
+    submission is refused (ENOSPC) and nothing of it is left: no directory, index entry,
+    pending mark or staging directory; the store lists what it listed before."""
+    from aviflow.spec import TrainJob
+    from aviflow.store import _runstore
+
+    root, filler = small_disk / "runs", small_disk / "filler"
+    backend = LocalBackend(root=root, capacity=1)
+    spec = {"metadata": {"name": "fills"}, "spec": {"command": ["true"]}}
+    user = getpass.getuser()
+    earlier = [backend.store.create(TrainJob.from_dict(spec), {}, user).id for _ in range(before)]
+    fills = SimpleNamespace(**vars(os))
+
+    def rename(src: Any, dst: Any) -> None:
+        os.rename(src, dst)
+        if Path(dst).parent.parent == root:  # the job's directory, in place
+            _fill(filler)
+
+    fills.rename = rename
+    monkeypatch.setattr(_runstore, "os", fills)
+    with pytest.raises(OSError) as refused:
+        aviflow.submit(spec, backend=backend)
+    assert refused.value.errno == errno.ENOSPC, refused.value
+    monkeypatch.setattr(_runstore, "os", os)
+    filler.unlink()
+    assert backend.list_ids() == earlier
+    assert sorted(p.name for p in (root / user).iterdir()) == sorted(earlier)
+    assert sorted(p.name for p in backend.store.index_dir.iterdir()) == sorted(earlier)
+    assert [p.name for p in root.rglob("*") if p.name.startswith(".staging-")] == []
+    assert [p.name for p in root.rglob("*.tmp")] == []
+    assert not any(backend.store.pending_dir.glob("*"))
