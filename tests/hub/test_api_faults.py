@@ -184,6 +184,7 @@ def test_killing_aviflow_api_and_the_hub_mid_flight_loses_and_duplicates_nothing
     api_proc.product()
     hub = start_hub(hub_dir, cfg, env=hub_env)
     submitter: _Submitter | None = None
+    orphans: list[psutil.Process] = []  # the killed hub's children (its idle culler)
     try:
         alice = HubBackend(f"{hub.url}/services/aviflow-api/", token=hub.token("alice"))
         bob = HubBackend(f"{hub.url}/services/aviflow-api/", token=hub.token("bob"))
@@ -229,6 +230,7 @@ def test_killing_aviflow_api_and_the_hub_mid_flight_loses_and_duplicates_nothing
             lambda: _answers(hub.url), 60, lambda: f"aviflow-api answers again: {api_proc.logs()}"
         )
         # 2. the hub killed (its process: the proxy, its child, is left to the next hub)
+        orphans += psutil.Process(hub.process.pid).children(recursive=True)
         os.kill(hub.process.pid, signal.SIGKILL)
         assert hub.process.wait(30) == -signal.SIGKILL
         time.sleep(2)
@@ -251,11 +253,17 @@ def test_killing_aviflow_api_and_the_hub_mid_flight_loses_and_duplicates_nothing
             60,
             lambda: f"the ledger has every job in its state: {ledger.summaries()} {ended}",
         )
-    finally:
-        if submitter is not None:
-            submitter.stop()
-        stop_hub(hub.process)
-        api_proc.close()
+    finally:  # each step whatever the one before did: no process outlives the test
+        try:
+            if submitter is not None:
+                submitter.stop()
+        finally:
+            try:
+                stop_hub(hub.process)
+            finally:
+                api_proc.close()
+                for proc in psutil.wait_procs(orphans, timeout=0)[1]:
+                    proc.kill()
 
     # no job lost or made twice: each answered submission is one job, a lost answer one or none
     everything = {Job(j, pool.backend) for j in pool.backend.list_ids()}
@@ -315,7 +323,8 @@ def test_while_the_hub_is_away_aviflow_api_answers_503_so_clients_try_again(
                 "try again in a few seconds"
             )
     finally:
-        for proc in family:  # the proxy and the services the hub started, orphans now
+        # the proxy and the services the hub started, orphans now
+        for proc in psutil.wait_procs(family, timeout=0)[1]:
             proc.kill()
         psutil.wait_procs(family, timeout=30)
 
