@@ -100,15 +100,18 @@ def inner_model(annotation: Any) -> type[BaseModel] | None:
 def model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model that holds the key at ``loc`` (list indexes and dict keys skipped)."""
     model: type[BaseModel] | None = root
+    keyed = False  # the part is a key of a mapping of models (``dict[str, Model]``)
     for part in loc:
         if model is None:
             return None
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
         if field is None:
             return None
         model = inner_model(field.annotation)
+        keyed = getattr(field.annotation, "__origin__", None) is dict
     return model
 
 

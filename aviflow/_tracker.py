@@ -27,6 +27,7 @@ class AviflowTracker(GeneralTracker):  # type: ignore[misc]  # accelerate is unt
     @on_main_process  # type: ignore[untyped-decorator]
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         self._config = dict(values)
+        tracking.set_flops_per_token(values.get("flops_per_token"))  # for the MFU
 
     @on_main_process  # type: ignore[untyped-decorator]
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:

@@ -12,6 +12,14 @@ at its ``Admitted`` transition, ended at ``Finished`` or, after an eviction, whe
 released the quota; :func:`admission_drift` cross-checks such a segment against Kueue's
 ``accumulatedPastExecutionTimeSeconds``.
 
+*Used* time: the driver's ``USAGE`` events (:mod:`aviflow.usage`) carry the attempt's mean
+utilization; each holds for the span since the previous one (or the attempt's ``RUNNING``), so
+``busy_seconds / use_seconds`` is the attempt's mean utilization over its measured running time,
+and used GPU-seconds are allocated GPU-seconds x that mean (:meth:`AttemptRecord.used_seconds`).
+``use_kind`` says what was measured: ``"gpu"`` (NVML utilization) or, on a pool without GPUs,
+``"cpu"`` (the ranks' CPU utilization of their cores): CPU-based "used" time is reported as
+such, never as GPU time. An ``IDLE`` event sets ``idle``.
+
 An attempt ended by an external stop is a *preemption*: a ``PREEMPTED`` or ``EVICTED``
 event, or a node killed by SIGKILL/SIGTERM without any rank reporting an exception.
 
@@ -79,6 +87,21 @@ class AttemptRecord:
     restarts: int
     preempted: bool
     queue_wait: float
+    use_kind: str | None = None  # "gpu" | "cpu": what the USAGE events measured
+    use_seconds: float = 0.0  # running seconds covered by USAGE events
+    busy_seconds: float = 0.0  # those seconds x utilization (0..1)
+    idle: bool = False  # flagged idle (an IDLE event)
+
+    def mean_util(self) -> float | None:
+        """Mean utilization in percent over the measured running time (None: unmeasured)."""
+        if self.use_seconds <= 0:
+            return None
+        return min(100.0, max(0.0, 100.0 * self.busy_seconds / self.use_seconds))
+
+    def used_seconds(self, now: float) -> float | None:
+        """Allocated GPU-seconds x mean utilization (None: unmeasured)."""
+        util = self.mean_util()
+        return None if util is None else self.gpu_seconds(now) * util / 100.0
 
     def allocated_seconds(self, now: float) -> float:
         return max((self.finished if self.finished is not None else now) - self.admitted, 0.0)
@@ -97,6 +120,8 @@ class Usage:
     gpus: int
     attempts: int
     running_seconds: float
+    used_seconds: float | None = None  # allocated x mean utilization, measured attempts only
+    used_kind: str | None = None  # "gpu" | "cpu": what was measured (the latest attempt's)
 
     @property
     def gpu_seconds(self) -> float:
@@ -187,6 +212,10 @@ def fold_attempts(
         elif ev.type is EventType.RUNNING:
             if current.started is None:
                 out[-1] = current = replace(current, started=ev.time)
+        elif ev.type is EventType.USAGE and ev.attempt == current.attempt:
+            out[-1] = current = _measured(current, ev)
+        elif ev.type is EventType.IDLE and ev.attempt == current.attempt:
+            out[-1] = current = replace(current, idle=True)
         elif ev.type.ends_attempt():
             out[-1] = replace(
                 current, finished=ev.time, outcome=_outcome(ev), preempted=is_preemption(ev)
@@ -196,6 +225,23 @@ def fold_attempts(
     return out
 
 
+def _measured(a: AttemptRecord, ev: Event) -> AttemptRecord:
+    """``a`` with the span up to ``ev`` (a USAGE event) at its utilization."""
+    util, kind = ev.data.get("util"), ev.data.get("kind")
+    if isinstance(util, bool) or not isinstance(util, int | float) or not 0 <= util <= 100:
+        return a
+    if kind not in ("gpu", "cpu"):
+        return a
+    measured_to = (a.started if a.started is not None else a.admitted) + a.use_seconds
+    span = max(ev.time - measured_to, 0.0)
+    return replace(
+        a,
+        use_kind=str(kind),
+        use_seconds=a.use_seconds + span,
+        busy_seconds=a.busy_seconds + span * float(util) / 100.0,
+    )
+
+
 def attempts_from_events(job: JobInfo, events: Iterable[Event]) -> list[AttemptRecord]:
     """The job's attempts in order; the last one is open (``finished`` None) while it runs."""
     return fold_attempts(job, [], events)
@@ -203,10 +249,14 @@ def attempts_from_events(job: JobInfo, events: Iterable[Event]) -> list[AttemptR
 
 def usage(attempts: Sequence[AttemptRecord], gpus: int, now: float) -> Usage:
     """Usage of a job with ``gpus`` GPUs from its attempts (open ones count up to ``now``)."""
+    measured = [(a, a.used_seconds(now)) for a in attempts if a.use_kind is not None]
+    used = [u for _, u in measured if u is not None]
     return Usage(
         gpus=gpus,
         attempts=max((a.attempt for a in attempts), default=0),
         running_seconds=sum(a.allocated_seconds(now) for a in attempts),
+        used_seconds=sum(used) if used else None,
+        used_kind=measured[-1][0].use_kind if measured else None,
     )
 
 

@@ -19,6 +19,7 @@ from aviflow import api
 from aviflow.backends import Backend, get_backend
 from aviflow.backends.local import LocalBackend
 from aviflow.errors import AviflowError, BackendError, JobNotFound, RequestError, SpecError
+from aviflow.estimate import describe
 from aviflow.job import Job
 from aviflow.records import JobState, JobStatus
 
@@ -73,6 +74,8 @@ def _progress_printer() -> Callable[[Job, JobStatus], None]:
         line = record.state.value
         if record.state is JobState.QUEUED and record.message:
             line += f": {record.message}"  # what it waits for: slots or its queue's quota
+            if record.expected_start is not None:
+                line += f"; {describe(record.expected_start, time.time())}"
         elif record.queue_position:
             line += f" (queue position {record.queue_position})"
         if record.attempt > 1:
@@ -97,6 +100,8 @@ def cmd_submit(ns: argparse.Namespace) -> int:
     spec, spec_dir = api.load_spec(ns.file)
     if ns.secret:
         spec = spec.with_changes(secrets=list(dict.fromkeys([*spec.spec.secrets, *ns.secret])))
+    if ns.runtime:
+        spec = spec.with_changes(runtime=ns.runtime)
     if ns.dry_run:
         rendered = _backend(ns).render(spec)
         if rendered is None:
@@ -104,6 +109,9 @@ def cmd_submit(ns: argparse.Namespace) -> int:
             return 2
         import yaml
 
+        found = _backend(ns).forecast(spec)
+        if found is not None:  # a YAML comment: the output stays the objects it would create
+            print(f"# {describe(found, time.time())}")
         print(yaml.safe_dump_all(rendered, sort_keys=False), end="")
         return 0
     job = api.submit(spec, backend=_backend(ns), base_dir=spec_dir)
@@ -265,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a Secret of the team's namespace whose keys become the ranks' environment "
         "(spec.secrets; Kubernetes), repeatable",
+    )
+    p.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="the cluster's training runtime for the pods (spec.runtime; Kubernetes)",
     )
     p.add_argument(
         "--dry-run",

@@ -34,6 +34,7 @@ from enum import Enum
 
 from aviflow._units import format_duration
 from aviflow.attempts import held_seconds
+from aviflow.estimate import Estimate, WaitNumbers
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 
 
@@ -244,19 +245,29 @@ class Lifecycle:
     def restarts(self) -> int:
         return sum(1 for ev in self.events if ev.type is EventType.RESTARTING)
 
-    def status(self, queue_position: int | None = None, message: str | None = None) -> JobStatus:
-        """The status record these events stand for."""
+    def status(
+        self,
+        queue_position: int | None = None,
+        message: str | None = None,
+        *,
+        expected_start: Estimate | None = None,
+        wait: WaitNumbers | None = None,
+    ) -> JobStatus:
+        """The status record these events stand for (the queue's view: while QUEUED)."""
         last = next((e for e in reversed(self.events) if e.type.state() is not None), None)
         failure = None
         if self.state is JobState.FAILED and last is not None:
             failure = last.failure
+        queued = self.state is JobState.QUEUED
         return JobStatus(
             state=self.state,
             attempt=self.attempt,
             message=message if message is not None else (last.message if last else ""),
             updated=self.events[-1].time if self.events else None,
-            queue_position=queue_position if self.state is JobState.QUEUED else None,
+            queue_position=queue_position if queued else None,
             failure=failure,
+            expected_start=expected_start if queued else None,
+            wait=wait if queued else None,
         )
 
     # -- transitions ---------------------------------------------------------------------------

@@ -13,6 +13,10 @@ The status keys (``status.json``, ``GET /jobs/{id}/status``; see :class:`JobStat
     message        why the job is where it is ("waiting for 4 GPU slots ...", "rank 1 failed")
     updated        when the status last changed (Unix seconds)
     queuePosition  1-based position among waiting jobs, while QUEUED (else absent)
+    expectedStart  while QUEUED, when it is expected to start: {low, high, never, assumed}
+                   (Unix seconds; high null: no bound; see aviflow.estimate), else absent
+    wait           while QUEUED, the numbers behind the wait: {queue, quota, holds, borrowed,
+                   lendable, ahead, aheadGpus} (see aviflow.estimate.WaitNumbers), else absent
     failure        the first failing rank of a FAILED job (a FailureInfo), else absent
 
 >>> JobStatus.from_dict({"state": "RUNNING", "attempt": 2}).state.is_active()
@@ -29,6 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from aviflow._queue_records import PendingJob as PendingJob  # re-exported
+from aviflow._queue_records import QueueQuota as QueueQuota  # re-exported
+from aviflow.estimate import Estimate, WaitNumbers
 
 
 class JobState(StrEnum):
@@ -59,6 +67,7 @@ class EventType(StrEnum):
     (counts against ``maxRestarts``). ``EVICTED``: the attempt lost its admission (a node
     went away, an admin drained it); ``PREEMPTED``: a higher-priority or borrowing-back
     workload took its quota. Both requeue the job without counting against ``maxRestarts``.
+    ``USAGE`` and ``IDLE`` (:mod:`aviflow.usage`) are the driver's notes on a running attempt.
     """
 
     QUEUED = "QUEUED"
@@ -70,6 +79,8 @@ class EventType(StrEnum):
     RESTARTING = "RESTARTING"
     EVICTED = "EVICTED"
     PREEMPTED = "PREEMPTED"
+    USAGE = "USAGE"
+    IDLE = "IDLE"
 
     def ends_attempt(self) -> bool:
         """Whether an event of this type ends the attempt that is running."""
@@ -224,6 +235,8 @@ class JobStatus:
     updated: float | None = None
     queue_position: int | None = None
     failure: FailureInfo | None = None
+    expected_start: Estimate | None = None
+    wait: WaitNumbers | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.state.value, "attempt": self.attempt}
@@ -233,6 +246,10 @@ class JobStatus:
             out["updated"] = self.updated
         if self.queue_position is not None:
             out["queuePosition"] = self.queue_position
+        if self.expected_start is not None:
+            out["expectedStart"] = self.expected_start.to_dict()
+        if self.wait is not None:
+            out["wait"] = self.wait.to_dict()
         if self.failure is not None:
             out["failure"] = self.failure.to_dict()
         return out
@@ -247,6 +264,8 @@ class JobStatus:
             updated=_opt_float(d.get("updated")),
             queue_position=_opt_int(d.get("queuePosition")),
             failure=FailureInfo.from_dict(failure) if isinstance(failure, Mapping) else None,
+            expected_start=Estimate.from_dict(d.get("expectedStart")),
+            wait=WaitNumbers.from_dict(d.get("wait")),
         )
 
 
@@ -275,63 +294,6 @@ class CheckpointRef:
             step=int(d["step"]),
             time=_opt_float(d.get("time")),
             attempt=_opt_int(d.get("attempt")),
-        )
-
-
-@dataclass(frozen=True)
-class PendingJob:
-    """A job waiting in a queue, as a queue listing shows it."""
-
-    id: str
-    user: str
-    position: int
-    gpus: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "user": self.user, "position": self.position, "gpus": self.gpus}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PendingJob:
-        return cls(str(d["id"]), str(d.get("user") or ""), int(d["position"]), int(d["gpus"]))
-
-
-@dataclass(frozen=True)
-class QueueQuota:
-    """A queue's GPU quota and what it holds now (local backend, aviflow-api, Kueue).
-
-    ``gpu_quota`` is the nominal quota (None: unlimited); ``borrowed`` is what the queue holds
-    beyond it from its cohort; ``pending`` lists the waiting jobs the reader may see.
-    """
-
-    queue: str
-    gpu_quota: int | None
-    gpus_in_use: int = 0
-    pending_count: int = 0
-    team: str | None = None
-    borrowed: int = 0
-    pending: tuple[PendingJob, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "team": self.team,
-            "gpuQuota": self.gpu_quota,
-            "gpusInUse": self.gpus_in_use,
-            "pendingCount": self.pending_count,
-            "borrowed": self.borrowed,
-            "pending": [p.to_dict() for p in self.pending],
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> QueueQuota:
-        return cls(
-            queue=str(d["queue"]),
-            gpu_quota=_opt_int(d.get("gpuQuota")),
-            gpus_in_use=int(d.get("gpusInUse") or 0),
-            pending_count=int(d.get("pendingCount") or 0),
-            team=d.get("team"),
-            borrowed=int(d.get("borrowed") or 0),
-            pending=tuple(PendingJob.from_dict(p) for p in d.get("pending") or ()),
         )
 
 

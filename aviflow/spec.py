@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aviflow._model import StrictModel, explain, storable_problems
+from aviflow._specchecks import check_relative_path, quantity_at_most
 from aviflow._specdefs import (
     GPUS_PER_HGX_NODE,
     MAX_NODES,
@@ -31,7 +32,7 @@ from aviflow._specdefs import (
     Strategy,
 )
 from aviflow._units import DURATION as _DURATION
-from aviflow._units import parse_duration, parse_quantity
+from aviflow._units import parse_duration
 from aviflow.errors import SpecError
 from aviflow.names import DNS1123_LABEL, LABEL_KEY_NAME, LABEL_VALUE, is_dns1123_label, slugify
 
@@ -40,7 +41,6 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 API_VERSION: Final = "aviflow.dev/v1"
 KIND: Final = "TrainJob"
-Q = TypeVar("Q", bound=int | str | None)
 MAX_SCRIPT_BYTES = 1 << 20
 MAX_TIME_LIMIT = 30 * 86400
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -339,6 +339,13 @@ class TrainJobSpec(StrictModel):
         alias="resumeFrom",
         description="Start from this checkpoint of another job when the job has none of its own.",
     )
+    runtime: str | None = Field(
+        None,
+        description="The training runtime an admin configured for the pods (RDMA devices, "
+        "network, NCCL settings, a shared model cache; api.kubernetes.runtimes); default: "
+        "the admin's default. The local backend has none.",
+        json_schema_extra=_schema(maxLength=63, pattern=DNS1123_LABEL.pattern),
+    )
     secrets: list[str] = Field(
         default_factory=list,
         description="Kubernetes Secrets of the job's team namespace, by name: each key becomes "
@@ -378,12 +385,12 @@ class TrainJobSpec(StrictModel):
     @field_validator("cpu_per_node")
     @classmethod
     def _cpu(cls, v: int | str | None) -> int | str | None:
-        return _quantity_at_most(v, _CPU_MAX, f"give 1m to {_CPU_MAX} cores")
+        return quantity_at_most(v, _CPU_MAX, f"give 1m to {_CPU_MAX} cores")
 
     @field_validator("memory_per_node")
     @classmethod
     def _memory(cls, v: str | None) -> str | None:
-        return _quantity_at_most(v, _MEMORY_MAX, "give up to 64Ti, e.g. '512Gi'")
+        return quantity_at_most(v, _MEMORY_MAX, "give up to 64Ti, e.g. '512Gi'")
 
     @field_validator("image")
     @classmethod
@@ -416,6 +423,13 @@ class TrainJobSpec(StrictModel):
                 )
             if len(v) > 4096 or any("\x00" in a for a in v):
                 raise ValueError("has more than 4096 arguments or a NUL byte")
+        return v
+
+    @field_validator("runtime")
+    @classmethod
+    def _runtime(cls, v: str | None) -> str | None:
+        if v is not None and not is_dns1123_label(v):
+            raise ValueError(f"{v!r} is not a runtime name (lowercase letters, digits and '-')")
         return v
 
     @field_validator("secrets")
@@ -498,30 +512,6 @@ class TrainJobSpec(StrictModel):
     @property
     def time_limit_seconds(self) -> int | None:
         return None if self.time_limit is None else parse_duration(self.time_limit)
-
-
-def _quantity_at_most(value: Q, maximum: float, hint: str) -> Q:
-    """A Kubernetes quantity above zero and at most ``maximum``, kept as given."""
-    if value is None:
-        return value
-    try:
-        amount = parse_quantity(value)
-    except ValueError as exc:
-        raise ValueError(str(exc)) from None
-    if not 0 < amount <= maximum:
-        raise ValueError(f"{value!r} is out of range; {hint}")
-    return value
-
-
-def check_relative_path(key: str, path: str) -> None:
-    """Refuse empty paths and relative paths that climb out of the spec's directory."""
-    if not path or "\x00" in path:
-        raise ValueError(f"{key}: path is empty or has a NUL byte")
-    p = Path(path)
-    if not p.is_absolute() and ".." in p.parts:
-        raise ValueError(
-            f"{key}: {path!r} climbs out of the spec's directory with '..'; give a path inside it or an absolute path"
-        )
 
 
 class TrainJob(StrictModel):

@@ -22,12 +22,14 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aviflow import throughput
 from aviflow.records import CheckpointRef, MetricRow
 from aviflow.runtime.env import RuntimeEnv, process_rank
 from aviflow.store import CHECKPOINT_MARKER, RunDir, RunStore, atomic_write, disk_full, out_of_space
@@ -65,15 +67,61 @@ def log(values: dict[str, Any], step: int) -> None:
     if process_rank() != 0:
         return
     node = RuntimeEnv.current()
-    row = MetricRow(
-        step=step,
-        time=time.time(),
-        attempt=node.attempt,
-        values={str(k): _number(v) for k, v in values.items()},
-    )
+    now = time.time()
+    numbers = {str(k): _number(v) for k, v in values.items()}
+    row = MetricRow(step=step, time=now, attempt=node.attempt, values=_derived(numbers, step, now))
     run = RunDir(node.run_dir)
     run.path.mkdir(parents=True, exist_ok=True)
     _HELD.write(run, row)
+
+
+class _Throughput:
+    """What :mod:`aviflow.throughput` needs across rows, in the main process."""
+
+    def __init__(self) -> None:
+        self.rates = throughput.Rates()
+        self.flops_per_token: float | None = None
+        self.peak: float | None = None
+        self.looked = False
+
+    def device_peak(self) -> float | None:
+        """The peak FLOP/s of the devices this job runs on (looked up once; torch only if
+        the job imported it, CUDA only if it has a GPU): None on CPU."""
+        if not self.looked:
+            self.looked = True
+            torch = sys.modules.get("torch")
+            try:
+                if torch is not None and torch.cuda.is_available():
+                    self.peak = throughput.peak_flops(torch.cuda.get_device_name())
+            except Exception:  # no driver after all: no MFU
+                self.peak = None
+        return self.peak
+
+
+_RATES = _Throughput()
+
+
+def set_flops_per_token(value: object) -> None:
+    """The model's training FLOPs per token, for ``mfu`` (the tracker's config passes it)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        _RATES.flops_per_token = float(value)
+
+
+def _derived(values: dict[str, Any], step: int, now: float) -> dict[str, Any]:
+    """``values`` plus the rates of a row with a ``tokens`` counter (the job's own keys win)."""
+    set_flops_per_token(values.get("flops_per_token"))
+    tokens = values.get("tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int | float):
+        return values
+    rates: dict[str, Any] = _RATES.rates.update(step, now, float(tokens))
+    peak, fpt = _RATES.device_peak(), _RATES.flops_per_token
+    if "tokens_per_s" in rates and peak is not None and fpt is not None:
+        world = os.environ.get("WORLD_SIZE", "1")
+        devices = int(world) if world.isdigit() else 1
+        found = throughput.mfu(rates["tokens_per_s"], fpt, peak, max(1, devices))
+        if found is not None:
+            rates["mfu"] = found
+    return {**values, **{k: v for k, v in rates.items() if k not in values}}
 
 
 MAX_HELD_ROWS = 100_000

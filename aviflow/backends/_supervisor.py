@@ -25,10 +25,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
-from aviflow import _procs, hang
+from aviflow import _procs, hang, usage
 from aviflow._ports import free_port
 from aviflow.backends._admission import decide
+from aviflow.backends._forecast import forecast
 from aviflow.backends.local import QUEUE_LOCK, read_quotas, scan_queues
 from aviflow.failures import attribute
 from aviflow.lifecycle import (
@@ -55,6 +57,7 @@ from aviflow.store import RunDir, RunStore, atomic_write, disk_full, rank_log_sh
 
 POLL_SECONDS = 0.1
 QUEUE_POLL_SECONDS = 0.25
+FORECAST_SECONDS = 5.0  # a waiting job's expected start is recomputed at least this often
 RECORD_GRACE = 0.3  # let a failing rank finish writing its failure record
 NODE_LOG_TAIL = 20000
 RANK_LOG_TAIL = 4000
@@ -62,8 +65,16 @@ FULL_RETRY_SECONDS = 1.0  # how often a finished job's last records are tried on
 
 
 class Supervisor:
-    def __init__(self, run: RunDir, capacity: int, rank_log_cap: int | None = None) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        capacity: int,
+        rank_log_cap: int | None = None,
+        use: usage.UsageSettings | None = None,
+    ) -> None:
         self.run = run
+        self.use = use or usage.UsageSettings()
+        self._use_checked = 0.0
         self.job: TrainJob = run.spec()
         self.capacity = capacity
         self.rank_log_cap = rank_log_cap  # the job's, all ranks together (None: no cap)
@@ -159,24 +170,43 @@ class Supervisor:
     # -- queue -----------------------------------------------------------------------------------
     def wait_for_turn(self) -> bool:
         store = RunStore(self.run.store_root)
-        reported = None
+        reported: tuple[object, ...] | None = None
+        forecast_at, estimate, numbers = 0.0, None, None
         while True:
             self._check_requests()
             if self.cancel_asked or self.gone:
                 return False
+            held: list[str] = []
             with _procs.FileLock(store.file(QUEUE_LOCK)):
                 waiting, in_use = scan_queues(
-                    store, own=self.run.id, finished=self._finished_cache, sizes=self._sizes
+                    store,
+                    own=self.run.id,
+                    finished=self._finished_cache,
+                    sizes=self._sizes,
+                    held=held,
                 )
-                verdict = decide(self.run.id, waiting, in_use, self.capacity, read_quotas(store))
+                quotas = read_quotas(store)
+                verdict = decide(self.run.id, waiting, in_use, self.capacity, quotas)
                 if verdict.admit:
                     self.observe(Admitted(time.time()))
                     return True
-                if (verdict.position, verdict.reason) != reported:
-                    reported = (verdict.position, verdict.reason)
-                    self._write_status(
-                        self.lc.status(queue_position=verdict.position, message=verdict.reason)
+            now = time.time()
+            if (verdict.position, verdict.reason) != (reported or (None, None))[:2] or (
+                now - forecast_at >= FORECAST_SECONDS
+            ):
+                forecast_at = now
+                found, waits = forecast(store, waiting, held, quotas, self.capacity, now)
+                estimate, numbers = found.get(self.run.id), waits.get(self.run.id)
+            if (verdict.position, verdict.reason, estimate, numbers) != reported:
+                reported = (verdict.position, verdict.reason, estimate, numbers)
+                self._write_status(
+                    self.lc.status(
+                        queue_position=verdict.position,
+                        message=verdict.reason,
+                        expected_start=estimate,
+                        wait=numbers,
                     )
+                )
             time.sleep(QUEUE_POLL_SECONDS)
 
     # -- one attempt -----------------------------------------------------------------------------
@@ -250,6 +280,24 @@ class Supervisor:
         self.observe(Hung(now, attempt, found.message))
         return True
 
+    def _watch_use(self, attempt: int, now: float) -> bool:
+        """Record the attempt's use and flag it idle (:mod:`aviflow.usage`); True when the
+        idle rule cancelled the job (then it was told to the lifecycle)."""
+        if now - self._use_checked < min(1.0, self.use.interval):
+            return False
+        self._use_checked = now
+        running = next(e.time for e in reversed(self.lc.events) if e.type is EventType.RUNNING)
+        found = usage.watch(
+            self.run, self.lc.events, attempt, running, self.job.spec.total_gpus, self.use, now
+        )
+        if found.events:
+            lc = replace(self.lc, events=self.lc.events + found.events)
+            self.apply(Step(lc, list(found.events)))
+        if found.cancel is None:
+            return False
+        self.observe(CancelRequested(now, found.cancel))
+        return True
+
     def _failure(self, attempt: int, codes: dict[int, int | None]) -> FailureInfo | None:
         """Who failed first, and why (see :mod:`aviflow.failures`)."""
         hung = self.run.hang(attempt)
@@ -302,6 +350,8 @@ class Supervisor:
                 self.observe(NodesUp(now, attempt))
             if self.lc.state is JobState.RUNNING and self._hung(attempt, now):
                 continue
+            if self.lc.state is JobState.RUNNING and self._watch_use(attempt, now):
+                continue
             if codes and all(c == 0 for c in codes.values()):
                 self.observe(AttemptEnded(now, attempt, codes))
                 continue
@@ -329,6 +379,21 @@ def _daemonize() -> None:
     os.setsid()
 
 
+def usage_arguments(parser: argparse.ArgumentParser) -> None:
+    """The admin's use and idle settings (:class:`aviflow.usage.UsageSettings`)."""
+    parser.add_argument("--usage-interval", type=float, default=usage.UsageSettings().interval)
+    parser.add_argument("--idle-below", type=float, default=None, help="percent (none: no check)")
+    parser.add_argument("--idle-after", type=float, default=None, help="seconds")
+    parser.add_argument("--idle-action", choices=["flag", "cancel"], default="flag")
+
+
+def usage_settings(ns: argparse.Namespace) -> usage.UsageSettings:
+    idle = None
+    if ns.idle_below is not None and ns.idle_after is not None:
+        idle = usage.IdlePolicy(below=ns.idle_below, after=ns.idle_after, action=ns.idle_action)
+    return usage.UsageSettings(interval=ns.usage_interval, idle=idle)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aviflow.backends._supervisor")
     parser.add_argument("run_dir")
@@ -337,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rank-log-cap", type=int, default=0, help="the job's log cap in bytes (0: none)"
     )
     parser.add_argument("--daemonize", action="store_true")
+    usage_arguments(parser)
     ns = parser.parse_args(argv)
     if ns.daemonize:
         _daemonize()
@@ -348,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     if run.status().state.is_finished():
         lock.release()  # cancelled (and recorded) before this supervisor got going
         return 0
-    sup = Supervisor(run, ns.capacity, ns.rank_log_cap or None)
+    sup = Supervisor(run, ns.capacity, ns.rank_log_cap or None, usage_settings(ns))
     sup.install_signals()
     atomic_write(run.supervisor_info, json.dumps({"pid": os.getpid(), "started": time.time()}))
     try:

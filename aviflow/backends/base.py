@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aviflow.attempts import summarize
 from aviflow.bundle import CodeBundle
 from aviflow.errors import AviflowError, BackendError
+from aviflow.estimate import Estimate
 from aviflow.paging import MAX_PAGE_ROWS, Batch, read_pages
 from aviflow.records import (
     CheckpointRef,
@@ -202,6 +203,12 @@ class Backend(ABC):
     def queues(self) -> list[QueueQuota]:
         """Every queue with a quota this backend knows (default: none)."""
         return []
+
+    def forecast(self, job: TrainJob) -> Estimate | None:
+        """When ``job`` would start if it were submitted now, behind the jobs waiting in its
+        queue (see :mod:`aviflow.estimate`); creates nothing. None: this backend cannot tell
+        (the default)."""
+        return None
 
     def images(self) -> list[TrainerImage]:
         """The trainer images jobs may run in, the default first (default: none known).

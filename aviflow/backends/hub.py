@@ -33,6 +33,7 @@ from urllib.parse import quote, urlencode
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, BackendUnavailable, from_wire
+from aviflow.estimate import Estimate
 from aviflow.paging import Batch
 from aviflow.records import (
     CheckpointRef,
@@ -274,6 +275,13 @@ class HubBackend(Backend):
         if queue == "default" and len(queues) == 1:
             return queues[0]
         return next((q for q in queues if q.queue == queue), None)
+
+    def forecast(self, job: TrainJob) -> Estimate | None:
+        """aviflow-api's dry run of ``job`` (``POST jobs?dryRun=true``: the spec is checked
+        as a submission's, nothing is created): when it would start in the queue aviflow-api
+        picks for the user; None where the backend behind it cannot tell."""
+        found = self.request("POST", "jobs", {"spec": job.to_dict()}, query={"dryRun": "true"})
+        return Estimate.from_dict(found.get("expectedStart"))
 
     def usage(self, by: str = "team") -> list[dict[str, Any]]:
         rows = self.request("GET", "usage", query={"by": by})["rows"]

@@ -142,7 +142,7 @@ class KubernetesBackend(StoreReads, Backend):
         settings = self.settings.for_queue(job.spec.queue)  # the queue's team's namespace
         run = self.submitted_before(job_id, owner) if job_id is not None else None
         if run is None:
-            pinned, image = settings.pin_image(job)
+            pinned, image = settings.pin_image(settings.pin_runtime(job))
             try:
                 run = self.store.create(
                     pinned,

@@ -32,12 +32,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from aviflow import _procs
+from aviflow._model import explain
 from aviflow.backends._admission import Waiting
+from aviflow.backends._forecast import forecast
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
 from aviflow.errors import BackendError, JobNotFound
+from aviflow.estimate import UNKNOWN, Estimate
+from aviflow.estimate import Waiting as EstWaiting
 from aviflow.images import pick, this_python
 from aviflow.lifecycle import Lifecycle, Lost, Policy
 from aviflow.paging import read_pages
@@ -53,6 +59,7 @@ from aviflow.store import (
     rank_log_share,
     read_json,
 )
+from aviflow.usage import UsageSettings, usage_argv
 
 DEFAULT_CAPACITY = 8
 CAPACITY_ENV = "AVIFLOW_LOCAL_CAPACITY"
@@ -62,6 +69,7 @@ QUEUE_LOCK = ".queue.lock"
 SUPERVISOR_START_GRACE = 60.0
 RECONCILE_SECONDS = 2.0
 CANCEL_WAIT = 60.0  # seconds cancel() gives the supervisor to stop the job
+DRY_RUN_ID = "(this job)"  # the not-yet-submitted job of a forecast
 ORPHAN_MESSAGE = "the job supervisor exited unexpectedly; see supervisor.log"
 
 
@@ -81,11 +89,12 @@ def scan_queues(
     own: str | None = None,
     finished: set[str] | None = None,
     sizes: dict[str, tuple[str, int, str]] | None = None,
+    held: list[str] | None = None,
 ) -> tuple[list[Waiting], dict[str, int]]:
     """(queued jobs, oldest first; GPU slots held per queue by started jobs) of the jobs whose
     supervisor is alive (``own``: the caller's job, counted regardless). ``finished`` and
     ``sizes`` are caches a caller that scans repeatedly keeps (a finished job stays finished;
-    a job's queue, size and owner never change)."""
+    a job's queue, size and owner never change); ``held`` gets the ids of the started jobs."""
     finished = set() if finished is None else finished
     sizes = {} if sizes is None else sizes
     waiting: list[Waiting] = []
@@ -111,6 +120,8 @@ def scan_queues(
             waiting.append(Waiting(job_id, queue, gpus, user))
         else:
             in_use[queue] = in_use.get(queue, 0) + gpus
+            if held is not None:
+                held.append(job_id)
     return waiting, in_use
 
 
@@ -120,6 +131,8 @@ class LocalBackend(StoreReads, Backend):
     ``quotas`` (queue -> GPUs), when given, replaces the run store's queue quotas.
     ``rank_log_cap``: the most one job's rank logs take, all ranks together (bytes or a
     quantity such as ``"8Gi"``; None: no cap); each rank's log is rotated at its share.
+    ``usage``: how often a running job's use is recorded and the idle rule
+    (:class:`aviflow.usage.UsageSettings`; default: every minute, no idle check).
     """
 
     name = "local"
@@ -130,8 +143,13 @@ class LocalBackend(StoreReads, Backend):
         capacity: int | None = None,
         quotas: Mapping[str, int] | None = None,
         rank_log_cap: int | str | None = DEFAULT_JOB_LOG_CAP,
+        usage: UsageSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.store = RunStore(root)
+        try:
+            self.usage = UsageSettings.from_value(usage)
+        except ValidationError as exc:
+            raise BackendError("usage: " + "; ".join(explain(exc, UsageSettings))) from None
         try:
             self.rank_log_cap = job_log_cap(rank_log_cap)
         except ValueError as exc:
@@ -177,6 +195,12 @@ class LocalBackend(StoreReads, Backend):
                 f"spec.secrets ({', '.join(job.spec.secrets)}) are Kubernetes Secrets of the "
                 "team's namespace; this local backend has none: set the variables in --env, "
                 "or submit to the cluster"
+            )
+        if job.spec.runtime is not None:
+            raise BackendError(
+                f"spec.runtime ({job.spec.runtime}) is a training runtime of a cluster (its "
+                "devices, network and volumes); this local backend has none: drop it to run "
+                "here, or submit to the cluster"
             )
         image = pick(self.images(), job.spec.image)
         need = job.spec.total_gpus
@@ -311,6 +335,16 @@ class LocalBackend(StoreReads, Backend):
         waiting, in_use = scan_queues(self.store)
         return [_queue_quota(q, n, waiting, in_use) for q, n in sorted(quotas.items())]
 
+    def forecast(self, job: TrainJob) -> Estimate | None:
+        held: list[str] = []
+        waiting, _ = scan_queues(self.store, held=held)
+        limit = job.spec.time_limit_seconds
+        me = EstWaiting(DRY_RUN_ID, job.spec.queue, job.spec.total_gpus,
+                        (0.0, float(limit) if limit is not None else UNKNOWN))  # fmt: skip
+        quotas = read_quotas(self.store)
+        found, _ = forecast(self.store, waiting, held, quotas, self.capacity, time.time(), extra=me)
+        return found[DRY_RUN_ID]
+
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """What each node would run: the runtime's argv and environment (the run directory
         and port are chosen at submission)."""
@@ -349,6 +383,7 @@ class LocalBackend(StoreReads, Backend):
                     str(self.capacity),
                     "--rank-log-cap",
                     str(self.rank_log_cap or 0),
+                    *usage_argv(self.usage),
                     "--daemonize",
                 ],
                 stdin=subprocess.DEVNULL,

@@ -13,7 +13,9 @@ Per job (all in ``settings.namespace``, named after the job id):
 The pods see only their own job's data part of the shared run store read-write
 (``<user>/<job>/data``, ``subPath``), its code snapshot read-only, and read-only the checkpoint
 ``spec.resumeFrom`` names; the control part (spec, meta, events, status) is never mounted. Their environment is a
-:class:`~aviflow.runtime.env.RuntimeEnv`; ``JOB_COMPLETION_INDEX`` gives the node's index.
+:class:`~aviflow.runtime.env.RuntimeEnv`; ``JOB_COMPLETION_INDEX`` gives the node's index. What
+the admin's training runtime adds (devices, network, capabilities, volumes) comes from the
+settings alone (:mod:`aviflow.k8s.runtimes`): the spec only names it.
 
 The rendezvous port is derived from the job id and attempt (``20000-29999``): the pods of an
 attempt share it, and jobs whose pods share a network namespace (``hostNetwork``, common on
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final
 
+from aviflow.k8s import runtimes
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.settings import METADATA_CIDR, ClusterSettings
 from aviflow.names import label_value
@@ -210,7 +213,9 @@ def attempt_job(
 ) -> dict[str, Any]:
     """Attempt ``attempt``'s Indexed Job. ``deadline_seconds``: running time it has left
     (``spec.timeLimit`` minus what earlier attempts used); ``resume_subpath``: the
-    ``spec.resumeFrom`` checkpoint's directory relative to the run store's root."""
+    ``spec.resumeFrom`` checkpoint's directory relative to the run store's root. The job's
+    training runtime (``spec.runtime``, else the default) adds to its pods
+    (:func:`aviflow.k8s.runtimes.apply`); one the settings do not have is a SpecError."""
     spec = job.spec
     name = attempt_name(ref.id, attempt)
     node = RuntimeEnv(
@@ -333,6 +338,9 @@ def attempt_job(
             },
         },
     }
+    picked = settings.runtime(spec.runtime)  # the admin's additions (runtimes.py)
+    if picked is not None:
+        runtimes.apply(job_spec["template"], picked[1], picked[0])
     if deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = max(1, int(deadline_seconds))
     if settings.finished_ttl_seconds is not None:

@@ -23,10 +23,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from aviflow._model import StrictModel, explain, storable_problems
 from aviflow.errors import BackendError, SpecError
 from aviflow.images import pick
+from aviflow.k8s.runtimes import PodSecurityLevel, TrainingRuntime, problems
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
 from aviflow.store import DEFAULT_JOB_LOG_CAP, MIN_RANK_LOG_CAP, job_log_cap
+from aviflow.usage import UsageSettings
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -274,6 +276,32 @@ class ClusterSettings(StrictModel):
         description=RANK_LOG_CAP_HELP,
         json_schema_extra=RANK_LOG_CAP_SCHEMA,
     )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="How often the controller records a running job's GPU/CPU use, and the "
+        "idle rule (README: throughput and use).",
+    )
+
+    runtimes: dict[str, TrainingRuntime] = Field(
+        default_factory=dict,
+        description="Training runtimes by name (a DNS-1123 label): what trainer pods get "
+        "beyond Aviflow's own pod (RDMA devices, a network, NCCL settings, capabilities, "
+        "hostNetwork, volumes such as a shared model cache). A job picks one with "
+        "spec.runtime (--runtime); README: Training runtimes.",
+        json_schema_extra={"propertyNames": {"pattern": DNS1123_LABEL.pattern, "maxLength": 63}},
+    )
+    default_runtime: str | None = Field(
+        None,
+        alias="defaultRuntime",
+        description="The runtime of a job that names none (one of runtimes); null: none.",
+    )
+    pod_security: PodSecurityLevel = Field(
+        "restricted",
+        alias="podSecurity",
+        description="The Pod Security level the teams' namespaces enforce (the chart labels "
+        "them so). A runtime that needs more is refused when the settings load; privileged "
+        "(for hostNetwork or IPC_LOCK) cannot go with kubectlAccess.jobs.",
+    )
 
     @field_validator("cpu_per_gpu", "memory_per_gpu")
     @classmethod
@@ -357,6 +385,49 @@ class ClusterSettings(StrictModel):
                     "name one of them, or add it there"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _runtimes(self) -> ClusterSettings:
+        from aviflow.k8s.manifests import RESUME_MOUNT
+
+        if self.default_runtime is not None and self.default_runtime not in self.runtimes:
+            raise ValueError(
+                f"defaultRuntime: {self.default_runtime!r} is none of runtimes "
+                f"({', '.join(sorted(self.runtimes)) or 'none configured'})"
+            )
+        reserved = (self.runs.mount_path, RESUME_MOUNT, "/dev/shm", *self.scratch)
+        found = problems(self.runtimes, self.pod_security, (self.runs.claim_name,), reserved)
+        found += [
+            f"runtimes.{name}.resources: {self.gpu_resource} is the spec's (gpusPerNode)"
+            for name, rt in sorted(self.runtimes.items())
+            if self.gpu_resource in rt.resources
+        ]
+        if found:
+            raise ValueError("; ".join(found))
+        return self
+
+    def runtime(self, name: str | None) -> tuple[str, TrainingRuntime] | None:
+        """The runtime a job naming ``name`` runs with (None: the default), or None when it
+        has none. A name not configured is refused, naming those there are."""
+        name = name or self.default_runtime
+        if name is None:
+            return None
+        found = self.runtimes.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.runtimes)) or "none are configured"
+            raise SpecError(
+                f"spec.runtime: {name!r} is not a training runtime of this cluster; use one "
+                f"of: {known} (an admin sets api.kubernetes.runtimes)"
+            )
+        return name, found
+
+    def pin_runtime(self, job: TrainJob) -> TrainJob:
+        """The job with its runtime named (the default when it names none): every attempt
+        runs with it, whatever ``defaultRuntime`` says later. Refuses an unknown one."""
+        picked = self.runtime(job.spec.runtime)
+        if picked is None or picked[0] == job.spec.runtime:
+            return job
+        return job.with_changes(runtime=picked[0])
 
     def trainer_images(self) -> list[TrainerImage]:
         """The images jobs may run in, the default first. Without a configured list: the

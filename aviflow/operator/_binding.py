@@ -153,7 +153,7 @@ class Binder:
                     f"queue {job.spec.queue!r} is team namespace {settings.namespace}'s, "
                     f"not {meta['namespace']}'s"
                 )
-            job, image = settings.pin_image(job)
+            job, image = settings.pin_image(settings.pin_runtime(job))
         except AviflowError as exc:
             self.refuse(cr, str(exc))
             return None

@@ -28,12 +28,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from aviflow import hang
+from aviflow import hang, usage
 from aviflow.attempts import admission_drift, held_seconds
 from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
@@ -331,6 +332,12 @@ class Controller:
             )  # fmt: skip
             if hung is not None:
                 feed(Hung(now, lc.attempt, hung.message))
+            else:  # use and the idle rule (aviflow.usage), as the local supervisor
+                use = usage.watch(run, lc.events, lc.attempt, running, spec.total_gpus,
+                                  cell.settings.usage, now)  # fmt: skip
+                lc = replace(lc, events=lc.events + use.events)
+                events.extend(use.events)
+                feed(CancelRequested(now, use.cancel) if use.cancel is not None else None)
         for _ in range(MAX_STEPS):
             obs = next_observation(lc, snap, now)
             if isinstance(obs, CannotStart) and run.hang(obs.attempt) is None:

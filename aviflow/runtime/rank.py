@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from aviflow.records import FailureInfo
-from aviflow.runtime import watchdog
+from aviflow.runtime import _sampler, watchdog
 from aviflow.runtime._output import redirect_output
 from aviflow.runtime.env import RuntimeEnv, process_rank
 from aviflow.store import RunDir
@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             return 127
 
     watchdog.start(run, node, rank)  # heartbeats and stacks
+    try:
+        _sampler.start(run, node.attempt, rank)  # GPU or CPU use (aviflow.usage)
+    except OSError:
+        pass  # a full run store: the job runs on unsampled
     script = str(ns.script)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).parent))

@@ -5,7 +5,9 @@ set) writes the rank's heartbeat to the run store every few seconds, and writes 
 all its threads (``faulthandler``) when the job's driver asks for them (the attempt's stack
 request file appears). It also re-arms ``faulthandler.dump_traceback_later`` on every beat:
 that timer runs in C, without the GIL, so a rank stuck in a call that holds the GIL (its
-threads cannot beat) still leaves its stacks behind once the hang timeout has passed.
+threads cannot beat) still leaves its stacks behind once the hang timeout has passed. A rank
+that stalls past the timeout again and again stops arming it once its file holds
+:data:`STACKS_TIMER_BYTES`, so the file stays bounded.
 
 A rank blocked in a collective (gloo/NCCL release the GIL) keeps beating; the driver then
 sees the hang as "no step for hangTimeout" (see :mod:`aviflow.hang`).
@@ -24,6 +26,9 @@ from aviflow.runtime.env import RuntimeEnv
 from aviflow.store import RunDir, atomic_write
 
 BEAT_SECONDS = 2.0
+# the timer's dumps stop once a rank's stacks file is this long (one dump of 100 threads is
+# at most about 1 MiB; the driver reads a file's last MAX_STACK_BYTES, where the latest is)
+STACKS_TIMER_BYTES = 4 << 20
 
 
 class Watchdog(threading.Thread):
@@ -45,13 +50,21 @@ class Watchdog(threading.Thread):
                     self.rundir.rank_heartbeat_path(self.node.attempt, self.rank),
                     json.dumps({"time": time.time(), "pid": os.getpid(), "rank": self.rank}),
                 )
-                faulthandler.dump_traceback_later(self.timeout, file=self._stacks)
+                if self._room():
+                    faulthandler.dump_traceback_later(self.timeout, file=self._stacks)
+                else:  # a rank that stalls again and again: its earlier dumps are enough
+                    faulthandler.cancel_dump_traceback_later()
                 if not self._served and request.exists():
                     self._served = True
                     self.dump("stacks requested by the job's driver (suspected hang)")
             except OSError:
                 pass  # the run store is briefly unreachable: beat again next time
             self.stop_event.wait(BEAT_SECONDS)
+
+    def _room(self) -> bool:
+        """Whether the stacks file may take another dump by the timer (it stops at
+        :data:`STACKS_TIMER_BYTES`; the driver's request is always answered)."""
+        return os.fstat(self._stacks.fileno()).st_size < STACKS_TIMER_BYTES
 
     def dump(self, why: str) -> None:
         self._stacks.write(

@@ -18,7 +18,8 @@ above it; no other module spells a file name of the store. The layout::
                                      accelerate_config.yaml, .aviflow-job.yaml (the runtime's spec)
         data/                        what the job writes (its pods' only writable mount):
             metrics.jsonl            one MetricRow per logged step
-            logs/node-<n>.log        each node's launcher output
+            logs/node-<n>.log        each node's launcher output (rotated as a rank's log is,
+                                     at one rank's share of the cap; .1 as for a rank)
             logs/rank-<r>.log        each process's output (rotated under the job's log cap:
                                      logs/rank-<r>.log.1 keeps what the last rotation cut)
             failures/attempt-<a>-rank-<r>.json   a FailureInfo, written by a rank that raised

@@ -235,6 +235,10 @@ class RunDir:
     def node_log(self, node: int) -> Path:
         return self.logs_dir / f"node-{int(node)}.log"
 
+    def node_log_previous(self, node: int) -> Path:
+        """What the last rotation of node ``node``'s launcher log kept."""
+        return self.logs_dir / f"node-{int(node)}.log.1"
+
     def failure_path(self, attempt: int, rank: int) -> Path:
         return self.failures_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
 
@@ -243,6 +247,10 @@ class RunDir:
 
     def rank_heartbeat_path(self, attempt: int, rank: int) -> Path:
         return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.json"
+
+    def usage_path(self, attempt: int, rank: int) -> Path:
+        """A rank's latest use sample (:mod:`aviflow.usage`), refreshed by its sampler."""
+        return self.heartbeats_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.usage.json"
 
     def stack_path(self, attempt: int, rank: int) -> Path:
         return self.stacks_dir / f"attempt-{int(attempt)}-rank-{int(rank)}.txt"
@@ -425,10 +433,22 @@ class RunDir:
             self.rank_log(rank), self.rank_log_previous(rank), cap, beneath=self.path, final=final
         )
 
-    def remove_rotation_leftovers(self, rank: int) -> None:
-        """Remove the temporary copies a rotation of rank ``rank``'s log left when it was
-        killed mid-copy (its launcher ended by SIGKILL)."""
-        remove_temporaries(self.rank_log_previous(rank), beneath=self.path)
+    def cap_node_log(self, node: int, cap: int, *, final: bool = False) -> Rotation | None:
+        """Hold node ``node``'s launcher log (``accelerate launch``'s own output) and its
+        ``.1`` within ``cap`` bytes together, as :meth:`cap_rank_log` does a rank's."""
+        return cap_log(
+            self.node_log(node), self.node_log_previous(node), cap, beneath=self.path, final=final
+        )
+
+    def remove_rotation_leftovers(
+        self, rank: int | None = None, *, node: int | None = None
+    ) -> None:
+        """Remove the temporary copies a rotation of rank ``rank``'s log (or node ``node``'s)
+        left when it was killed mid-copy (its launcher ended by SIGKILL)."""
+        if rank is not None:
+            remove_temporaries(self.rank_log_previous(rank), beneath=self.path)
+        if node is not None:
+            remove_temporaries(self.node_log_previous(node), beneath=self.path)
 
     def log_tail(self, rank: int, lines: int) -> str:
         """The last ``lines`` lines of rank ``rank``'s log; empty when it has none, or when the
@@ -477,11 +497,15 @@ class RunDir:
         return out
 
     def stacks(self, attempt: int, world: int) -> dict[int, str]:
-        """The Python stacks ranks of ``attempt`` wrote (on request or by their watchdog)."""
+        """The Python stacks ranks of ``attempt`` wrote (on request or by their watchdog): the
+        last :data:`MAX_STACK_BYTES` of each rank's file, where its latest dump is."""
         out = {}
         for rank in range(world):
             try:
-                raw = read_bytes(self.stack_path(attempt, rank), self.path, MAX_STACK_BYTES)
+                with open_beneath(self.stack_path(attempt, rank), self.path) as fd:
+                    size = os.fstat(fd).st_size
+                    start = max(0, size - MAX_STACK_BYTES)
+                    raw = pread_all(fd, start, MAX_STACK_BYTES)
             except (OSError, ValueError):
                 continue
             text = raw.decode("utf-8", "replace")

@@ -20,6 +20,7 @@ from typing import Any
 from aviflow.records import FailureInfo, JobState
 from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.snapshot import JobSnapshot
+from aviflow.views.use import rank_use, use_html, used_hours_html
 
 MAX_POINTS = 300
 MAX_CHARTS = 8
@@ -35,7 +36,8 @@ def header_html(snap: JobSnapshot) -> str:
         f"<code class='aviflow-id'>{esc(snap.id)}</code>",
         badge(snap.state.value),
         f"<span class='aviflow-elapsed'>elapsed {esc(duration(snap.elapsed))}</span>",
-        f"<span class='aviflow-gpu-hours'>{num(snap.gpu_hours, '.4f')} GPU-h</span>",
+        f"<span class='aviflow-gpu-hours'>{num(snap.gpu_hours, '.4f')} GPU-h</span>"
+        + used_hours_html(snap.used_hours, snap.used_kind),
         f"<span>{num(snap.nodes)}&times;{num(snap.gpus_per_node)} GPUs</span>",
     ]
     if not isinstance(snap.attempt, int) or snap.attempt > 1:
@@ -47,7 +49,8 @@ def header_html(snap: JobSnapshot) -> str:
         detail = f"<div class='aviflow-queue'>{esc(pos)}: {esc(snap.message)}</div>"
     elif snap.message and snap.state is not JobState.RUNNING:
         detail = f"<div class='aviflow-message'>{esc(snap.message)}</div>"
-    return f"<div class='aviflow-header'>{line}{detail}</div>"
+    use = use_html(snap.metrics, snap.usage, snap.idle)
+    return f"<div class='aviflow-header'>{line}{detail}{use}</div>"
 
 
 def ranks_html(snap: JobSnapshot) -> str:
@@ -63,10 +66,11 @@ def ranks_html(snap: JobSnapshot) -> str:
             f"{num(len(snap.ranks))} ranks: {shown}</div>"
         )
     rows = []
+    use = rank_use(snap.usage) if snap.state is JobState.RUNNING else {}
     for node in range(snap.nodes):
         cells = " ".join(
             f"<span class='aviflow-rank' data-rank='{num(r.rank)}'>rank {num(r.rank)} "
-            f"{badge(r.state, 'aviflow-rank-state')}</span>"
+            f"{badge(r.state, 'aviflow-rank-state')}{_rank_use(use, r.rank)}</span>"
             for r in snap.ranks
             if r.node == node
         )
@@ -74,6 +78,11 @@ def ranks_html(snap: JobSnapshot) -> str:
             f"<div class='aviflow-node' data-node='{num(node)}'><b>node {num(node)}</b>: {cells}</div>"
         )
     return "<div class='aviflow-ranks' style='font-size:12px'>" + "".join(rows) + "</div>"
+
+
+def _rank_use(use: dict[int, str], rank: object) -> str:
+    found = use.get(rank) if isinstance(rank, int) else None
+    return f" <span class='aviflow-rank-use'>{esc(found)}</span>" if found else ""
 
 
 def failure_html(failure: FailureInfo) -> str:
@@ -273,11 +282,15 @@ def snapshot_dict(snap: JobSnapshot) -> dict[str, Any]:
         "now": snap.now,
         "elapsed": snap.elapsed,
         "gpuHours": snap.gpu_hours,
+        "usedHours": snap.used_hours,
+        "usedKind": snap.used_kind,
         "failure": snap.failure.to_dict() if snap.failure else None,
         "ranks": [{"rank": r.rank, "node": r.node, "state": r.state} for r in snap.ranks],
         "logRanks": list(snap.log_ranks),
         "checkpoints": [c.to_dict() for c in snap.checkpoints],
         "metricRows": snap.metric_rows,
         "catchingUp": snap.catching_up,
+        "usage": snap.usage,
+        "idle": snap.idle,
         "metrics": {k: [list(p) for p in v] for k, v in snap.metrics.items()},
     }

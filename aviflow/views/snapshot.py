@@ -23,6 +23,7 @@ from aviflow.job import Job
 from aviflow.paging import MAX_PAGE_ROWS, read_pages
 from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
 from aviflow.spec import TrainJob
+from aviflow.usage import flagged_idle, latest_usage
 
 PRIMARY_METRIC = "loss"
 MAX_POINTS = 300
@@ -59,6 +60,10 @@ class JobSnapshot:
     # more events or metric rows were written than this snapshot has read: views read on
     # (also once the job has finished) until it is false
     catching_up: bool = False
+    usage: dict[str, Any] | None = None  # the attempt's latest USAGE event's data
+    used_hours: float | None = None  # allocated GPU-hours x mean utilization (measured)
+    used_kind: str | None = None  # what was measured: "gpu" | "cpu"
+    idle: str | None = None  # the attempt's IDLE flag, if it was flagged
 
     @property
     def elapsed(self) -> float:
@@ -249,6 +254,9 @@ class SnapshotReader:
     ) -> JobSnapshot:
         assert self.spec is not None and self.meta is not None
         spec, state = self.spec.spec, record.state
+        held = usage_from_events(self.events, spec.total_gpus, now)
+        used = latest_usage(self.events, record.attempt)
+        idle = flagged_idle(self.events, record.attempt)
         return JobSnapshot(
             id=self.job.id,
             name=self.spec.metadata.name,
@@ -261,7 +269,9 @@ class SnapshotReader:
             submitted=self.meta.submitted or (self.events[0].time if self.events else None),
             finished=finished_at(self.events) if state.is_finished() else None,
             now=now,
-            gpu_hours=usage_from_events(self.events, spec.total_gpus, now).gpu_hours,
+            gpu_hours=held.gpu_hours,
+            used_hours=None if held.used_seconds is None else held.used_seconds / 3600,
+            used_kind=held.used_kind,
             ranks=rank_states(
                 state, spec.nodes, spec.gpus_per_node, record.failure, set(log_ranks)
             ),
@@ -271,6 +281,8 @@ class SnapshotReader:
             checkpoints=checkpoints,
             log_ranks=log_ranks,
             catching_up=self.catching_up,
+            usage=dict(used.data) if used is not None else None,
+            idle=idle.message if idle is not None else None,
         )
 
 

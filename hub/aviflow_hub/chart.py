@@ -331,6 +331,10 @@ def _walk(root: dict[str, Any], node: dict[str, Any], prefix: str) -> list[tuple
                 out.extend(_walk(root, option, path))
             elif option.get("type") == "array" and "$ref" in option.get("items", {}):
                 out.extend(_walk(root, option["items"], path + "[]"))
+            elif isinstance(option.get("additionalProperties"), dict) and "$ref" in option.get(
+                "additionalProperties", {}
+            ):  # a map of objects by name (api.kubernetes.runtimes)
+                out.extend(_walk(root, option["additionalProperties"], path + ".<name>"))
     return out
 
 

@@ -37,6 +37,8 @@ from aviflow.k8s.settings import (
 )
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
 from aviflow.store import DEFAULT_JOB_LOG_CAP, job_log_cap
+from aviflow.usage import UsageSettings
+from aviflow_hub.service.lanes import LEDGER_WORKERS, READ_WORKERS, WAIT, WRITE_WORKERS
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
 SERVICE_NAME = "aviflow-api"
@@ -370,6 +372,11 @@ class LocalBackendSection(StrictModel):
         description=RANK_LOG_CAP_HELP,
         json_schema_extra=RANK_LOG_CAP_SCHEMA,
     )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="How often a running job's GPU/CPU use is recorded, and the idle rule "
+        "(README: throughput and use).",
+    )
 
     @field_validator("rank_log_cap")
     @classmethod
@@ -389,6 +396,25 @@ class KubernetesSection(ClusterSettings):
         alias="apiTimeout",
         description="How long aviflow-api's calls to the Kubernetes API server may take; one "
         "that does not answer in time is a 503 saying so.",
+    )
+
+
+class LanesSection(StrictModel):
+    """``api.lanes``: how many calls of each kind aviflow-api runs at once (see
+    :mod:`aviflow_hub.service.lanes`); one user holds at most half of each lane."""
+
+    ledger: int = Field(
+        LEDGER_WORKERS, ge=2, le=256, description="Ledger reads at once (listings, usage)."
+    )
+    reads: int = Field(
+        READ_WORKERS, ge=2, le=256, description="Backend reads at once (a job's files, status)."
+    )
+    writes: int = Field(WRITE_WORKERS, ge=2, le=256, description="Submissions and cancels at once.")
+    wait: float = Field(
+        WAIT,
+        gt=0,
+        le=60,
+        description="Seconds a call waits for a worker of its lane before a 503 with Retry-After.",
     )
 
 
@@ -428,6 +454,11 @@ class ApiSection(StrictModel):
         alias="ingestEvery",
         gt=0,
         description="Seconds between two reads of the backend's change feed.",
+    )
+    lanes: LanesSection = Field(
+        default_factory=LanesSection,  # type: ignore[arg-type]
+        description="Workers of aviflow-api's lanes: a stalled backend or ledger holds only "
+        "its lane; one user at most half of each.",
     )
 
 

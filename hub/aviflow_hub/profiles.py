@@ -1,7 +1,8 @@
 """Notebook profiles: configured profiles -> KubeSpawner ``profile_list`` entries, per group.
 
->>> cfg = HubConfig.from_dict({"profiles": [{"slug": "small", "displayName": "Small",
-...     "cpu": 2, "memory": "8Gi", "image": "aviflow/notebook:1", "groups": ["vision"]}]})
+>>> cfg = HubConfig.from_dict({"hub": {"groups": {"vision": [], "nlp": []}}, "profiles": [{"slug": "small",
+...     "displayName": "Small", "cpu": 2, "memory": "8Gi", "image": "aviflow/notebook:1",
+...     "groups": ["vision"]}]})
 >>> [p["slug"] for p in profiles_for(cfg, {"vision"})], profiles_for(cfg, {"nlp"})
 (['small'], [])
 """

@@ -1,19 +1,23 @@
 """``--dry-run``: what would be submitted, and what it would cost. Nothing is written.
 
 Shows the resolved spec, the GPU-hours requested (nodes x gpusPerNode x timeLimit), the
-queue's quota when the backend can tell (``Backend.quota(queue)``), and what the backend
+queue's quota when the backend can tell (``Backend.quota(queue)``), when the job would start
+("fits now", "expected to start in about ...", "never at this quota: ..."; from
+``Backend.forecast(job)``), and what the backend
 would create (``Backend.render(job)``: manifests on a cluster, each node's argv locally).
 """
 
 from __future__ import annotations
 
 import html
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from aviflow.backends import Backend
+from aviflow.estimate import describe
 from aviflow.records import QueueQuota
 from aviflow.spec import TrainJob
 from aviflow_magics._build import gpu_hours_requested
@@ -31,6 +35,7 @@ class DryRun:
     manifests: str | None = None
     notes: list[str] = field(default_factory=list)
     origin: dict[str, Any] = field(default_factory=dict)
+    start: str | None = None  # when it would start (Backend.forecast), said for a person
 
     def text(self) -> str:
         s = self.job.spec
@@ -56,6 +61,7 @@ class DryRun:
                 f"Quota of queue {q.queue!r}: {limit}, {q.gpus_in_use} in use, "
                 f"{q.pending_count} job(s) waiting"
             )
+        lines.append(f"Start: {self.start or 'not known to this backend'}")
         if s.resume_from is not None:
             r = s.resume_from
             lines.append(f"Starts from checkpoint step {r.step} of job {r.job}")
@@ -125,4 +131,11 @@ def dry_run(
         manifests=_render_manifests(backend, job),
         notes=list(notes or []),
         origin=dict(origin or {}),
+        start=forecast_line(backend, job),
     )
+
+
+def forecast_line(backend: Backend, job: TrainJob) -> str | None:
+    """When ``job`` would start if submitted now, in words (None: the backend cannot tell)."""
+    found = backend.forecast(job)
+    return None if found is None else describe(found, time.time())

@@ -24,6 +24,7 @@ RESUME_MODES = ("auto", "never")
 # their YAML keys (``gpus_per_node`` -> ``gpusPerNode``) and checks their values.
 SPEC_FIELDS = (
     "nodes", "gpus_per_node", "queue", "image", "time_limit", "hang_timeout", "max_restarts",
+    "runtime",
 )  # fmt: skip
 ACCELERATE_FIELDS = {
     "mixed_precision": "mixed_precision",
@@ -53,6 +54,7 @@ class TrainOptions:
     queue: str | None = None
     name: str | None = None
     image: str | None = None
+    runtime: str | None = None
     time_limit: str | None = None
     hang_timeout: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -188,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_nonempty,
         metavar="IMAGE",
         help="trainer image, e.g. --image registry.example.com/trainer:1.0",
+    )
+    a(
+        "--runtime",
+        type=_nonempty,
+        metavar="NAME",
+        help="the admin's training runtime for the pods (RDMA, NCCL settings, a model cache; "
+        "default: the admin's default), e.g. --runtime infiniband",
     )
     a(
         "--time-limit",
@@ -336,6 +345,7 @@ def parse_train_options(line: str) -> TrainOptions:
         queue=ns.queue,
         name=ns.name,
         image=ns.image,
+        runtime=ns.runtime,
         time_limit=ns.time_limit,
         hang_timeout=ns.hang_timeout,
         env=env,

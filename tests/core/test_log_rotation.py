@@ -198,6 +198,32 @@ def test_the_launchers_log_cap_carries_on_past_what_it_cannot_cap(
     assert len(told) == 1 and told[0].startswith("aviflow: rank 0's log is not capped: ")
 
 
+def test_the_nodes_own_log_is_capped_at_a_ranks_share_too(
+    run: RunDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run.node_log(1).write_bytes(LINES)  # accelerate's output: a traceback per restart, ...
+    leftover = run.logs_dir / ".node-1.log.1.123.abcd.tmp"  # a rotation killed mid-copy
+    leftover.write_bytes(LINES)
+    cap = LogCap(run, [2, 3], CAP, every=0.05, node=1)
+    cap.start()
+    cap.finish()
+    assert not leftover.exists()
+    assert run.node_log(1).stat().st_size + run.node_log_previous(1).stat().st_size <= CAP
+    assert run.node_log(1).read_bytes().startswith(b"=== aviflow: log rotated: 87500 bytes")
+    assert run.node_log(1).read_bytes().endswith(LINES[-100:])
+    assert run.node_log_previous(1).read_bytes() == LINES[37_500:87_500]
+    # one it cannot cap is said once, and the ranks' logs are still capped
+    run.node_log(1).unlink()
+    os.mkfifo(run.node_log(1))
+    run.rank_log(2).write_bytes(LINES)
+    cap = LogCap(run, [2], CAP, every=0.05, node=1)
+    cap.check()
+    cap.check(final=True)
+    assert run.rank_log(2).stat().st_size + run.rank_log_previous(2).stat().st_size <= CAP
+    told = capsys.readouterr().out.splitlines()
+    assert len(told) == 1 and told[0].startswith("aviflow: node 1's log is not capped: ")
+
+
 def _within(seconds: float, fn):  # type: ignore[no-untyped-def]
     out: dict[str, object] = {}
 

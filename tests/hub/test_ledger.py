@@ -336,7 +336,7 @@ def test_rows_that_cannot_be_read_are_left_out(
             conn.execute(
                 sa.text(
                     "INSERT INTO aviflow_attempts VALUES ('bad-attempt', 1, 'alice', 'a', 'q-a', 1, 1,"
-                    " 0, 'yesterday', NULL, NULL, 'RUNNING', 0, 0, 0)"
+                    " 0, 'yesterday', NULL, NULL, 'RUNNING', 0, 0, 0, NULL, NULL, NULL, NULL)"
                 )
             )
     with caplog.at_level(logging.WARNING, logger="aviflow_hub.ledger"):
@@ -549,6 +549,9 @@ GOLDEN_ATTEMPTS = [
 ]
 
 
+UNMEASURED = {"used_gpu_hours": 0.0, "used_cpu_hours": 0.0, "idle_jobs": 0}  # no USAGE events
+
+
 def test_reports_golden() -> None:
     now = T0 + 900
     assert usage_report(GOLDEN_ATTEMPTS, "team", now) == [
@@ -560,6 +563,7 @@ def test_reports_golden() -> None:
             "jobs": 1,
             "restarts": 1,
             "preemptions": 1,
+            **UNMEASURED,
         },
         {
             "key": "b",
@@ -569,6 +573,7 @@ def test_reports_golden() -> None:
             "jobs": 1,
             "restarts": 0,
             "preemptions": 0,
+            **UNMEASURED,
         },
     ]
     assert usage_report(GOLDEN_ATTEMPTS, "day", now) == [
@@ -580,6 +585,7 @@ def test_reports_golden() -> None:
             "jobs": 2,
             "restarts": 0,
             "preemptions": 1,
+            **UNMEASURED,
         },
         {
             "key": "2026-01-01",
@@ -589,6 +595,7 @@ def test_reports_golden() -> None:
             "jobs": 2,
             "restarts": 1,
             "preemptions": 0,
+            **UNMEASURED,
         },
     ]
     # 31 Dec 2025 and 1 Jan 2026 are both in ISO week 2026-W01 (it starts Monday 29 Dec)
@@ -597,9 +604,10 @@ def test_reports_golden() -> None:
         for r in usage_report(GOLDEN_ATTEMPTS, "week", now)
     ] == [("2026-W01", 39600.0, 3)]
     assert to_csv(usage_report(GOLDEN_ATTEMPTS, "user", now), "user") == (
-        "user,gpu_hours,gpu_seconds,attempts,jobs,restarts,preemptions\n"
-        "alice,10.666667,38400.0,2,1,1,1\n"
-        "bob,0.333333,1200.0,1,1,0,0\n"
+        "user,gpu_hours,gpu_seconds,attempts,jobs,restarts,preemptions,"
+        "used_gpu_hours,used_cpu_hours,idle_jobs\n"
+        "alice,10.666667,38400.0,2,1,1,1,0.0,0.0,0\n"
+        "bob,0.333333,1200.0,1,1,0,0,0.0,0.0,0\n"
     )
     with pytest.raises(ValueError, match="group by one of team, user, day, week"):
         usage_report(GOLDEN_ATTEMPTS, "month", now)  # type: ignore[arg-type]

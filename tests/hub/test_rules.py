@@ -347,7 +347,7 @@ def test_the_old_capacity_key_points_to_the_new_section() -> None:
         HubConfig.from_dict({"api": {"local": {"capacity": 0, "slots": 1}}})
     assert sorted(err.value.problems) == [
         "api.local.capacity: Input should be greater than or equal to 1 (got 0)",
-        "api.local.slots: unknown key; valid keys: capacity, rankLogCap",
+        "api.local.slots: unknown key; valid keys: capacity, rankLogCap, usage",
     ]
 
 
@@ -389,3 +389,27 @@ def test_an_external_aviflow_api_is_registered_with_its_token_not_started() -> N
     }
     # notebooks never get a Kubernetes credential
     assert s["KubeSpawner"]["automount_service_account_token"] is False
+
+
+def test_the_admin_sizes_aviflow_apis_lanes() -> None:
+    from aviflow_hub.service.context import ServiceContext
+
+    cfg = HubConfig.from_dict({"api": {"lanes": {"reads": 16, "writes": 2, "wait": 5}}})
+    lanes = ServiceContext(cfg, None, None, None).lanes  # type: ignore[arg-type]
+    try:
+        sized = [(x.name, x.workers, x.per_caller, x.wait) for x in
+                 (lanes.ledger, lanes.reads, lanes.writes, lanes.ingest)]  # fmt: skip
+        assert sized == [
+            ("ledger", 8, 4, 5.0),  # the default
+            ("reads", 16, 8, 5.0),
+            ("writes", 2, 1, 5.0),
+            ("ingest", 1, 1, 5.0),
+        ]
+    finally:
+        lanes.close()
+    with pytest.raises(ConfigError) as err:
+        HubConfig.from_dict({"api": {"lanes": {"reads": 1, "wait": 0, "ingest": 2}}})
+    said = str(err.value)
+    assert "api.lanes.reads: Input should be greater than or equal to 2" in said
+    assert "api.lanes.wait: Input should be greater than 0" in said
+    assert "api.lanes.ingest" in said

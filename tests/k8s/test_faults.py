@@ -107,7 +107,7 @@ class _Controller:
 
 
 def _kinds(job: Job) -> list[EventType]:
-    return [e.type for e in job.events()]
+    return [e.type for e in job.events() if e.type is not EventType.USAGE]
 
 
 def _said(jobs: dict[str, Job]) -> str:

@@ -332,6 +332,7 @@ def test_the_magic_options_are_derived_from_the_spec_model() -> None:
         "timeLimit",
         "hangTimeout",
         "maxRestarts",
+        "runtime",
     ]
     assert {spec_key(AccelerateSpec, f) for f in ACCELERATE_FIELDS.values()} == {
         "mixedPrecision",

@@ -103,7 +103,9 @@ def test_dry_run_on_the_local_backend_shows_its_queue_quota(run_root: Path) -> N
     )
     backend = LocalBackend(root=run_root, quotas={"vision": 4})
     report = dry_run(job, backend, {"train.py": BODY.encode()})
-    assert "Quota of queue 'vision': 4 GPUs, 0 in use, 0 job(s) waiting\n" in report.text()
+    assert "Quota of queue 'vision': 4 GPUs, 0 in use, 0 job(s) waiting\nStart: fits now\n" in (
+        report.text()
+    )
     assert backend.list_ids() == []
 
 

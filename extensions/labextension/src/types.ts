@@ -111,6 +111,9 @@ export interface JobDetail {
   now: number;
   elapsed: number;
   gpuHours: number;
+  /** Allocated GPU-hours x mean utilization (GPU, or CPU on a pool without GPUs: usedKind). */
+  usedHours?: number | null;
+  usedKind?: 'gpu' | 'cpu' | null;
   failure: JobFailure | null;
   logRanks: number[];
   checkpoints: CheckpointInfo[];
@@ -121,6 +124,20 @@ export interface JobDetail {
    * read the job again, also after it finished, until this is false.
    */
   catchingUp?: boolean;
+  /** The attempt's latest use (the driver's USAGE event): GPU or CPU utilization, memory. */
+  usage?: JobUsage | null;
+  /** The attempt's idle flag (the IDLE event's message), if it was flagged. */
+  idle?: string | null;
+}
+
+/** What a running attempt uses of what it holds (see aviflow.usage). */
+export interface JobUsage {
+  kind: 'gpu' | 'cpu';
+  util: number;
+  ranks: number;
+  mem?: number;
+  memTotal?: number;
+  power?: number;
 }
 
 /** The notebook panel's own rendering of each section of a job (escaped, inline SVG). */

@@ -58,6 +58,26 @@ from the release's; the teams' jobs reach the run store through a volume or the 
 {{- end -}}
 {{- end }}
 
+{{/*
+Training runtimes against the teams' Pod Security level (aviflow.k8s.runtimes, which the hub
+and the controller check again): hostNetwork and every capability but NET_BIND_SERVICE need
+privileged; a level below restricted is for the controller's pods alone, so not with plain
+Jobs from kubectl users (kubectlAccess.jobs), whom Pod Security would then no longer hold.
+*/}}
+{{- define "aviflow.validateRuntimes" -}}
+{{- $k := .Values.api.kubernetes | default dict -}}
+{{- $level := $k.podSecurity | default "restricted" -}}
+{{- range $name, $rt := ($k.runtimes | default dict) -}}
+{{- $caps := without ($rt.capabilities | default list) "NET_BIND_SERVICE" -}}
+{{- if and (ne $level "privileged") (or $rt.hostNetwork $caps) -}}
+{{ fail (printf "api.kubernetes.runtimes.%s: hostNetwork and capabilities other than NET_BIND_SERVICE need Pod Security privileged, and the teams' namespaces enforce %s (api.kubernetes.podSecurity): their pods would never be created. Set api.kubernetes.podSecurity: privileged, or drop them from the runtime" $name $level) }}
+{{- end -}}
+{{- end -}}
+{{- if and (ne $level "restricted") .Values.kubectlAccess.enabled .Values.kubectlAccess.jobs -}}
+{{ fail (printf "api.kubernetes.podSecurity %s with kubectlAccess.jobs: team members' own Jobs would run with what Pod Security %s allows (root, any capability); keep podSecurity restricted, or turn kubectlAccess.jobs off" $level $level) }}
+{{- end -}}
+{{- end }}
+
 {{/* A cluster-scoped name unique to this release: <release>-<name>. */}}
 {{- define "aviflow.clusterName" -}}
 {{ printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" }}
@@ -84,6 +104,7 @@ Mirrors HubConfig's own validators (hub/aviflow_hub/config.py), which the hub ru
 {{- end -}}
 {{- include "aviflow.validateAccess" . -}}
 {{- include "aviflow.validateNamespaces" . -}}
+{{- include "aviflow.validateRuntimes" . -}}
 {{- range .Values.profiles -}}
 {{- $slug := .slug -}}
 {{- range (.groups | default list) -}}

@@ -48,12 +48,24 @@ def bar_chart(rows: list[dict[str, Any]], width: int = 560, bar: int = 18) -> st
 def _table(rows: list[dict[str, Any]], by: str) -> str:
     head = "".join(
         f"<th>{esc(h)}</th>"
-        for h in (by, "GPU-hours", "attempts", "jobs", "restarts", "preemptions")
+        for h in (
+            by,
+            "GPU-hours",
+            "used GPU-hours",
+            "used hours (CPU pools)",
+            "attempts",
+            "jobs",
+            "restarts",
+            "preemptions",
+            "idle jobs",
+        )
     )
     body = "".join(
         f"<tr><td>{esc(r['key'])}</td><td>{num(r['gpu_hours'], '.3f')}</td>"
+        f"<td>{num(r.get('used_gpu_hours', 0.0), '.3f')}</td>"
+        f"<td>{num(r.get('used_cpu_hours', 0.0), '.3f')}</td>"
         f"<td>{num(r['attempts'])}</td><td>{num(r['jobs'])}</td><td>{num(r['restarts'])}</td>"
-        f"<td>{num(r['preemptions'])}</td></tr>"
+        f"<td>{num(r['preemptions'])}</td><td>{num(r.get('idle_jobs', 0))}</td></tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

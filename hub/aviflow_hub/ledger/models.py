@@ -69,6 +69,11 @@ class AttemptRow(Base):
     restarts: Mapped[int] = mapped_column(Integer)
     preempted: Mapped[bool] = mapped_column(Boolean)
     queue_wait: Mapped[float] = mapped_column(Float)
+    # since used GPU-hours (aviflow.usage; nullable: see the module docstring)
+    use_kind: Mapped[str | None] = mapped_column(Text, nullable=True)  # "gpu" | "cpu"
+    use_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    busy_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class SubmissionKeyRow(Base):

@@ -441,6 +441,10 @@ def _attempt(row: Mapping[str, Any]) -> AttemptRecord:
         restarts=int(row["restarts"]),
         preempted=bool(row["preempted"]),
         queue_wait=float(row["queue_wait"]),
+        use_kind=row["use_kind"] if row["use_kind"] in ("gpu", "cpu") else None,
+        use_seconds=max(float(row["use_seconds"] or 0.0), 0.0),
+        busy_seconds=max(float(row["busy_seconds"] or 0.0), 0.0),
+        idle=bool(row["idle"]),
     )
 
 

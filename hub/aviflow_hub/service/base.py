@@ -256,6 +256,10 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
         raw = self.get_argument(name, None, strip=False)
         return None if raw is None else parse_int(name, raw, maximum, minimum)
 
+    def bool_arg(self, name: str) -> bool:
+        """The query parameter ``name``: ``true`` or ``false`` (absent: false)."""
+        return self.choice_arg(name, ("true", "false"), "false") == "true"
+
     def choice_arg(self, name: str, choices: tuple[str, ...], default: str) -> str:
         value = self.get_argument(name, default, strip=False)
         if value not in choices:

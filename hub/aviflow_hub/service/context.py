@@ -44,7 +44,8 @@ class ServiceContext:
         self.backend = backend
         self.ledger = ledger
         self.hub_auth = hub_auth
-        self.lanes = Lanes()
+        lanes = cfg.api.lanes
+        self.lanes = Lanes(lanes.ledger, lanes.reads, lanes.writes, lanes.wait)
         self._users: dict[str, tuple[float, dict[str, Any]]] = {}
 
     async def hub_user(self, name: str) -> dict[str, Any]:

@@ -100,8 +100,9 @@ class JobsHandler(BaseHandler):
         if self._size > MAX_BODY_BYTES:
             raise TooLarge(f"the request body is larger than {MAX_BODY_BYTES} bytes")
         raw, self._chunks = b"".join(self._chunks), []
+        dry = self.bool_arg("dryRun")
         # up to 90 MiB to decode: not on the loop
-        job, bundle = await self.ctx.lanes.writes.run(parse_submission, raw)
+        job, bundle = await self.ctx.lanes.writes.run(parse_submission, raw, dry)
         asked = request_hash(job, bundle) if key is not None else ""
         if job.spec.resume_from is not None:  # only from a job the caller may read
             await self.job_ref(job.spec.resume_from.job, "read")
@@ -122,6 +123,12 @@ class JobsHandler(BaseHandler):
             TEAM_LABEL: team.name,
         }
         job = TrainJob.from_dict(data)
+        if dry:  # when it would start; nothing is created
+            found = await self.ctx.lanes.reads.run(self.ctx.backend.forecast, job)
+            start = found.to_dict() if found is not None else None
+            self.send_json({"dryRun": True, "queue": team.queue, "team": team.name,
+                            "expectedStart": start})  # fmt: skip
+            return
         owner = Owner(self.principal.name, team.name)
         summary = await self.ctx.lanes.writes.run(
             submit_once, self.ctx.backend, self.ctx.ledger, job, bundle, owner, key, asked

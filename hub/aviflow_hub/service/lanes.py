@@ -41,8 +41,8 @@ from typing import Any, ClassVar, TypeVar
 from aviflow.errors import BackendUnavailable
 
 T = TypeVar("T")
-# Workers per lane: a request holds one only while its call blocks (milliseconds, unless the
-# backend or the database stalls)
+# Workers per lane by default (``api.lanes`` sets them): a request holds one only while its
+# call blocks (milliseconds, unless the backend or the database stalls)
 LEDGER_WORKERS = 8
 READ_WORKERS = 8
 WRITE_WORKERS = 4
@@ -154,13 +154,20 @@ class Lane:
 
 
 class Lanes:
-    """aviflow-api's four lanes (see the module docstring)."""
+    """aviflow-api's four lanes (see the module docstring), sized by the admin's
+    ``api.lanes`` (these defaults where not set)."""
 
-    def __init__(self) -> None:
-        self.ledger = Lane("ledger", LEDGER_WORKERS, "reading the ledger")
-        self.reads = Lane("reads", READ_WORKERS, "reading jobs from the backend")
-        self.writes = Lane("writes", WRITE_WORKERS, "submitting or cancelling jobs")
-        self.ingest = Lane("ingest", 1, "following the change feed")
+    def __init__(
+        self,
+        ledger: int = LEDGER_WORKERS,
+        reads: int = READ_WORKERS,
+        writes: int = WRITE_WORKERS,
+        wait: float = WAIT,
+    ) -> None:
+        self.ledger = Lane("ledger", ledger, "reading the ledger", wait)
+        self.reads = Lane("reads", reads, "reading jobs from the backend", wait)
+        self.writes = Lane("writes", writes, "submitting or cancelling jobs", wait)
+        self.ingest = Lane("ingest", 1, "following the change feed", wait)
 
     def close(self) -> None:
         for lane in (self.ledger, self.reads, self.writes, self.ingest):

@@ -122,14 +122,16 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_submission(raw: bytes) -> tuple[TrainJob, CodeBundle]:
-    """The validated TrainJob and code bundle of a submit request body."""
+def parse_submission(raw: bytes, dry_run: bool = False) -> tuple[TrainJob, CodeBundle]:
+    """The validated TrainJob and code bundle of a submit request body (``dry_run``: the
+    code is not needed, only the spec; the bundle is still checked when one is sent)."""
     body = parse_body(raw)
     check_keys(body, ENVELOPE_KEYS, "the request")
     if "spec" not in body:
         raise RequestError('the body has no "spec" (the TrainJob to submit)')
     job = TrainJob.from_dict(body["spec"])
-    return job, matching_bundle(job, parse_bundle(body.get("bundle")))
+    bundle = parse_bundle(body.get("bundle"))
+    return job, bundle if dry_run else matching_bundle(job, bundle)
 
 
 def matching_bundle(job: TrainJob, bundle: CodeBundle) -> CodeBundle:

@@ -1,7 +1,9 @@
 """The job panel: the widgets laid out, fed snapshots by a background poller.
 
->>> panel = JobPanel(job)          # starts polling; display(panel) shows it
->>> panel.stop()                   # stops the poller (it also stops once the job ends)
+Used as (``job`` an :class:`aviflow.job.Job`)::
+
+    panel = JobPanel(job)          # starts polling; display(panel) shows it
+    panel.stop()                   # stops the poller (it also stops once the job ends)
 """
 
 from __future__ import annotations

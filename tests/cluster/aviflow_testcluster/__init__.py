@@ -10,7 +10,7 @@ nodes run as local processes under the node agent.
 """
 
 from ._build import BINARIES, K8S_VERSION, KUEUE_VERSION, bin_dir, build
-from ._cluster import RESTRICTED, Cluster, ClusterError, free_port, free_ports
+from ._cluster import RESTRICTED, Cluster
 from ._nodes import (
     GPU_RESOURCE,
     GPU_TAINT,
@@ -24,6 +24,7 @@ from ._nodes import (
     default_nodes,
     hgx_node,
 )
+from ._plumbing import ClusterError, free_port, free_ports
 from ._wait import wait_for
 
 __all__ = [

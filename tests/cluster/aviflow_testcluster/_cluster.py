@@ -15,17 +15,12 @@ registers the fake nodes and runs their pods as local processes.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
-import signal
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,9 +28,18 @@ from pathlib import Path
 
 import yaml
 
-from aviflow import _ports
-
-from . import _build, _cache, _certs, _kueue, _nodes, _procs
+from . import _build, _cache, _certs, _nodes, _procs
+from ._faults import Faults
+from ._kueue_process import KueueProcess
+from ._plumbing import (
+    _CLAIMS_ROOT,
+    ClusterError,
+    _claim_ip_block,
+    _exists,
+    _kubeconfig,
+    _wait,
+    free_ports,
+)
 
 K8S_CONTROLLERS = (
     "job-controller",
@@ -57,10 +61,6 @@ K8S_CONTROLLERS = (
 )
 
 DEFAULT_KUEUE_FRAMEWORKS = ("batch/job",)
-
-# Where Kueue v0.17.0 reads its metrics and visibility-server certificates (fixed
-# paths in cmd/kueue/main.go and pkg/visibility/server.go); bind-mounted per cluster.
-KUEUE_CERT_MOUNT_POINTS = (Path("/etc/kueue/metrics/certs"), Path("/visibility"))
 
 # Order matters: stop() goes through it backwards.
 COMPONENTS = (
@@ -94,90 +94,17 @@ RESTRICTED = {
 }
 
 
-class ClusterError(RuntimeError):
-    pass
-
-
 # A component that lost its port between free_ports() and its own bind says one of these.
 BIND_FAILURES = ("address already in use", "failed to listen on")
 START_ATTEMPTS = 3
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports, below the kernel's ephemeral range (``aviflow._ports``);
-    one can still be lost to another cluster starting, which ``Cluster.start`` survives by
-    trying again with fresh ports."""
-    try:
-        return _ports.free_ports(n)
-    except OSError as e:
-        raise ClusterError(str(e)) from None
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def _claim_ip_block(root: Path, cluster_id: str) -> int:
-    """Second octet of a 127.<b>.0.0/16 block for pod IPs, unique among live clusters."""
-    claims = root / "ip-blocks"
-    claims.mkdir(parents=True, exist_ok=True)
-    import random
-
-    candidates = list(range(10, 250))
-    random.shuffle(candidates)
-    for b in candidates:
-        claim = claims / str(b)
-        try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                owner = json.loads(claim.read_text())
-            except (OSError, ValueError):
-                continue
-            if _procs.alive(owner.get("pid", 0)) and owner.get("id") != cluster_id:
-                continue
-            claim.unlink(missing_ok=True)
-            try:
-                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                continue
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "id": cluster_id}, f)
-        return b
-    raise ClusterError("no free 127.x.0.0/16 block for pod IPs")
-
-
-_CLAIMS_ROOT = Path("/tmp/aviflow-testcluster")
 _REPO = Path(__file__).resolve().parents[3]
 DEFAULT_IMAGES = _REPO / "images" / ".build" / "oci"
 
 
-def _kubeconfig(server: str, ca: bytes, crt: bytes, key: bytes, user: str = "admin") -> dict:
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "aviflow-test",
-                "cluster": {"server": server, "certificate-authority-data": b64(ca)},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)},
-            }
-        ],
-        "contexts": [
-            {"name": "aviflow-test", "context": {"cluster": "aviflow-test", "user": user}}
-        ],
-        "current-context": "aviflow-test",
-    }
-
-
 @dataclass
-class Cluster:
+class Cluster(KueueProcess, Faults):
     """A running (or stopped) test cluster. Build with :meth:`start` or :meth:`load`."""
 
     workdir: Path
@@ -541,99 +468,6 @@ class Cluster:
             f"(KUBECONFIG={self.kubeconfig})"
         )
 
-    def _install_kueue(self, frameworks: list[str]) -> None:
-        from kubernetes import client
-
-        d, pki = self.workdir, self.workdir / "pki"
-        src = _build.kueue_source_dir()
-        ca = (pki / "ca.crt").read_bytes()
-        port = self.ports["kueue-webhook"]
-        (d / "nodes.json").write_text(json.dumps(self.nodes))
-        with self.api_client() as api:
-            core = client.CoreV1Api(api)
-            ext = client.ApiextensionsV1Api(api)
-            adm = client.AdmissionregistrationV1Api(api)
-            reg = client.ApiregistrationV1Api(api)
-            rbac = client.RbacAuthorizationV1Api(api)
-            core.create_namespace({"metadata": {"name": _kueue.NAMESPACE}})
-            names = []
-            for crd in _kueue.crds(src, port, ca):
-                ext.create_custom_resource_definition(crd)
-                names.append(crd["metadata"]["name"])
-
-            def established() -> bool:
-                for name in names:
-                    st = ext.read_custom_resource_definition(name).status
-                    if not any(
-                        c.type == "Established" and c.status == "True"
-                        for c in (st.conditions or [])
-                        if st
-                    ):
-                        return False
-                return True
-
-            _wait(established, 60, "Kueue CRDs Established")
-            for cfg in _kueue.webhook_configurations(src, port, ca):
-                if cfg["kind"] == "MutatingWebhookConfiguration":
-                    adm.create_mutating_webhook_configuration(cfg)
-                else:
-                    adm.create_validating_webhook_configuration(cfg)
-            self.api_services = []
-            for obj in _kueue.visibility_objects(src, self.ports["kueue-visibility"], ca):
-                kind, ns = obj["kind"], obj["metadata"].get("namespace")
-                if kind == "APIService":
-                    reg.create_api_service(obj)
-                    self.api_services.append(obj["metadata"]["name"])
-                elif kind == "Service":
-                    core.create_namespaced_service(ns, obj)
-                elif kind == "RoleBinding":
-                    rbac.create_namespaced_role_binding(ns, obj)
-                else:
-                    raise ClusterError(f"unexpected {kind} in Kueue's visibility component")
-        cfg_path = d / "kueue.yaml"
-        cfg_path.write_text(
-            yaml.safe_dump(
-                _kueue.configuration(
-                    webhook_port=port,
-                    health_port=self.ports["kueue-health"],
-                    visibility_port=self.ports["kueue-visibility"],
-                    cert_dir=pki / "webhook",
-                    frameworks=frameworks,
-                )
-            )
-        )
-        # Kueue (internal cert management off) loads its metrics certificate from the
-        # fixed path /etc/kueue/metrics/certs and its visibility server's from
-        # /visibility/tls.{crt,key} (pkg/visibility/server.go); give it ours in a
-        # private mount namespace. The host directories are only mount points.
-        for mount_point in KUEUE_CERT_MOUNT_POINTS:
-            mount_point.mkdir(parents=True, exist_ok=True)
-        metrics_certs, visibility_certs = KUEUE_CERT_MOUNT_POINTS
-        self._spawn(
-            "kueue",
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "sh",
-                "-c",
-                f'mount --bind "$0" {metrics_certs} && mount --bind "$1" {visibility_certs}'
-                ' && shift && exec "$@"',
-                str(pki / "webhook"),
-                str(pki / "visibility"),
-                str(self.bin_dir / "kueue"),
-                f"--config={cfg_path}",
-                # The visibility server takes its kubeconfig from this flag only
-                # (pkg/visibility/server.go); empty, k8s.io/apiserver's options fall
-                # back to the in-cluster config and Kueue exits.
-                f"--kubeconfig={self.kubeconfig}",
-                "--feature-gates=VisibilityOnDemand=true",
-                "--zap-log-level=info",
-            ],
-        )
-
     def _wait_ready(self, timeout: float) -> None:
         """Nodes Ready, default SA present, Kueue's webhooks answering a dry-run,
         Kueue's visibility APIServices Available."""
@@ -663,136 +497,6 @@ class Cluster:
             )
 
             self._wait_kueue_serving(api, deadline)
-
-    def _wait_kueue_serving(self, api, deadline: float) -> None:
-        """Kueue's webhooks answering a dry-run and its visibility APIServices Available
-        (Kueue starts its visibility server after /readyz answers)."""
-        from kubernetes import client
-
-        co = client.CustomObjectsApi(api)
-
-        def webhook_ok() -> bool:
-            self._check_all()
-            try:
-                co.create_cluster_custom_object(
-                    "kueue.x-k8s.io",
-                    "v1beta2",
-                    "clusterqueues",
-                    {
-                        "apiVersion": "kueue.x-k8s.io/v1beta2",
-                        "kind": "ClusterQueue",
-                        "metadata": {"name": "readiness-probe"},
-                        "spec": {},
-                    },
-                    dry_run="All",
-                )
-                return True
-            except client.ApiException:
-                return False
-
-        _wait(webhook_ok, deadline - time.monotonic(), "Kueue webhook dry-run")
-
-        reg = client.ApiregistrationV1Api(api)
-
-        def api_services_available() -> bool:
-            self._check_all()
-            for name in self.api_services:
-                st = reg.read_api_service_status(name).status
-                if not any(
-                    c.type == "Available" and c.status == "True"
-                    for c in (st.conditions or [] if st else [])
-                ):
-                    return False
-                # and served now (the condition lags a restarted Kueue by seconds)
-                version, _, group = name.partition(".")
-                try:
-                    co.get_api_resources(group, version)
-                except client.ApiException:
-                    return False
-            return True
-
-        _wait(
-            api_services_available,
-            deadline - time.monotonic(),
-            "Kueue visibility APIServices Available",
-        )
-
-    # ------------------------------------------------------- fault injection
-    def kill(self, name: str) -> None:
-        """``kill -9`` component ``name`` (its process group) and reap it; :meth:`restart`
-        starts it again. Only for a cluster this process started."""
-        if name not in self._spawned:
-            raise ClusterError(f"{name!r} is not a component this process started")
-        pid = self.pids.get(name)
-        if pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            p = self._popen.get(name)
-            if p is not None:
-                p.wait(timeout=30)
-            _wait(lambda: not _procs.group_alive(pid), 30, f"{name}'s processes gone")
-        self.pids.pop(name, None)
-        self._popen.pop(name, None)
-        self._save()
-
-    def restart(self, name: str, timeout: float = 120) -> None:
-        """Start component ``name`` again with the argv and environment it first had (after
-        :meth:`kill`, or a crash) and wait until its health endpoint answers, as
-        :meth:`start` does. The node agent is not restartable: it owns its pods."""
-        if name == "node-agent" or name not in self._spawned:
-            raise ClusterError(f"{name!r} cannot be restarted")
-        if self.pids.get(name) and _procs.alive(self.pids[name]):
-            raise ClusterError(f"{name} is still running; kill() it first")
-        argv, env = self._spawned[name]
-        self._spawn(name, argv, env)
-        self.wait_healthy(name, timeout)
-        if name == "kueue":  # a fault before its visibility server is up would end it
-            with self.api_client() as api:
-                self._wait_kueue_serving(api, time.monotonic() + timeout)
-
-    def dead(self) -> list[str]:
-        """The components whose process has exited (none, on a healthy cluster)."""
-        return [n for n, p in self._popen.items() if p.poll() is not None]
-
-    def wait_healthy(self, name: str, timeout: float = 120) -> None:
-        """Until component ``name``'s health endpoint answers 200 (raises if it exits)."""
-        p, ca = self.ports, self.workdir / "pki" / "ca.crt"
-        if name == "etcd":
-            self._wait_http(name, f"http://127.0.0.1:{p['etcd']}/health", timeout)
-        elif name == "kube-apiserver":
-            self._wait_https(name, f"{self.server}/readyz", timeout, ca=ca)
-        elif name == "kube-controller-manager":
-            self._wait_https(name, f"https://127.0.0.1:{p['kcm']}/healthz", timeout, ca=None)
-        elif name == "kube-scheduler":
-            self._wait_https(name, f"https://127.0.0.1:{p['scheduler']}/healthz", timeout, ca=None)
-        elif name == "kueue":
-            self._wait_http(name, f"http://127.0.0.1:{p['kueue-health']}/readyz", timeout)
-        else:
-            raise ClusterError(f"no health endpoint known for {name!r}")
-
-    def _check_all(self) -> None:
-        for name in self._popen:
-            self._check_running(name)
-
-    def _wait_http(self, name: str, url: str, timeout: float, ctx=None) -> None:
-        def ok() -> bool:
-            self._check_running(name)
-            try:
-                with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-                    return r.status == 200
-            except (urllib.error.URLError, OSError):
-                return False
-
-        _wait(ok, timeout, f"{name} at {url}")
-
-    def _wait_https(self, name: str, url: str, timeout: float, ca: Path | None) -> None:
-        if ca is None:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        else:
-            ctx = ssl.create_default_context(cafile=str(ca))
-        self._wait_http(name, url, timeout, ctx)
 
     def dump_logs_tail(self, log, lines: int = 15) -> None:
         """Pass the last ``lines`` of each component's log to ``log``."""
@@ -880,25 +584,3 @@ def _clear_workdir(workdir: Path) -> None:
             shutil.rmtree(p)
         elif p.exists() or p.is_symlink():
             p.unlink()
-
-
-def _exists(fn) -> bool:
-    from kubernetes.client import ApiException
-
-    try:
-        fn()
-        return True
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-
-
-def _wait(pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + max(timeout, 0)
-    while True:
-        if pred():
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(f"timed out waiting for {what}")
-        time.sleep(interval)

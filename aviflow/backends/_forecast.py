@@ -1,0 +1,87 @@
+"""Expected starts on the local backend: its queues and machine as :mod:`aviflow.estimate`'s
+pool, read from the run store.
+
+A started job releases its slots by its ``timeLimit`` (what it has left of it, over all its
+attempts) or at an unknown time without one; a waiting job holds them, once started, for up
+to its own ``timeLimit``. Queues admit strictly in order, and the next job a queue allows
+waits for room on the machine, holding back every later one (:mod:`._admission`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aviflow.attempts import held_seconds
+from aviflow.backends import _admission
+from aviflow.errors import AviflowError
+from aviflow.estimate import (
+    UNKNOWN,
+    Estimate,
+    Holding,
+    QueueLimits,
+    Waiting,
+    WaitNumbers,
+    estimate,
+    release_window,
+    wait_numbers,
+)
+from aviflow.paging import read_pages
+from aviflow.store import RunDir, RunStore
+
+ASSUMED = ("running jobs end by their time limit; those without one at an unknown time",)
+
+
+def _holding(store: RunStore, job_id: str, now: float) -> Holding | None:
+    try:
+        run = store.get(job_id)
+        spec = run.spec().spec
+        events = read_pages(run.events).items
+    except (AviflowError, OSError, ValueError):
+        return None  # gone or unreadable meanwhile: it holds nothing we can time
+    held = held_seconds(events, now)
+    window, _ = release_window(now, now - held, time_limit=spec.time_limit_seconds)
+    return Holding(job_id, spec.queue, spec.total_gpus, window)
+
+
+def _runs_for(run: RunDir) -> tuple[float, float]:
+    try:
+        limit = run.spec().spec.time_limit_seconds
+    except (AviflowError, OSError, ValueError):
+        limit = None
+    return (0.0, float(limit) if limit is not None else UNKNOWN)
+
+
+def forecast(
+    store: RunStore,
+    queued: Sequence[_admission.Waiting],
+    held_ids: Sequence[str],
+    quotas: Mapping[str, int],
+    capacity: int,
+    now: float,
+    *,
+    extra: Waiting | None = None,
+) -> tuple[dict[str, Estimate], dict[str, WaitNumbers]]:
+    """The expected start and the wait's numbers of every job waiting in ``store``:
+    ``queued`` and ``held_ids`` as :func:`~aviflow.backends.local.scan_queues` found them
+    (and of ``extra``, a job not submitted yet, after them: a dry run)."""
+    holding = [h for h in (_holding(store, i, now) for i in held_ids) if h is not None]
+    waiting: list[Waiting] = []
+    for q in queued:
+        try:
+            runs_for = _runs_for(store.get(q.id))
+        except AviflowError:
+            continue
+        waiting.append(Waiting(q.id, q.queue, q.gpus, runs_for))
+    if extra is not None:
+        waiting.append(extra)
+    names = {w.queue for w in waiting} | {h.queue for h in holding} | set(quotas)
+    limits = [QueueLimits(q, quotas.get(q, capacity), strict=True) for q in sorted(names)]
+    found = estimate(
+        now, limits, holding, waiting, capacity=capacity, machine_fifo=True, assumed=ASSUMED
+    )
+    numbers = {}
+    for job in waiting:
+        n = wait_numbers(job, limits, holding, waiting)
+        if n is not None:
+            numbers[job.id] = n
+    return found, numbers

@@ -1,0 +1,470 @@
+"""When a waiting job will start: Kueue's admission replayed forward over the releases ahead.
+
+Aviflow never decides admission (Kueue does, or the local backend's stand-in for it): this
+only predicts it from what the queue reports. The inputs are a snapshot of the pool:
+
+- each queue's limits (:class:`QueueLimits`): its nominal GPU quota, how much it may borrow
+  from its cohort and lend to it, its cohort, whether it admits strictly in order;
+- the jobs holding GPUs (:class:`Holding`), each with a window in which it releases them:
+  from its time limit, its progress toward a declared number of steps, or the durations of
+  the user's earlier runs of the same cell (:func:`release_window`);
+- the waiting jobs in the order the queue reports (:class:`Waiting`: Kueue's visibility
+  positions, else the Workloads' creation order), each with how long it will hold its GPUs
+  once started (the same sources).
+
+:func:`estimate` replays admission twice from ``now``: once with every job releasing at the
+start of its window (the earliest a job can start) and once at its end (the latest, as long
+as every window ahead has an end). At each release it admits what fits, as Kueue's scheduler
+does: within a queue in its order (``BestEffortFIFO``: a later job that fits may pass a head
+that does not; ``StrictFIFO``: the head blocks), across queues jobs that need no borrowing
+first, then the oldest. A job fits its queue when the queue's use stays within its nominal
+quota, or beyond it within its borrowing limit and what the cohort has unused (a queue's
+``lendingLimit`` keeps the rest of its quota for itself). With reclaim (the chart's
+``reclaimWithinCohort``), a job within its queue's nominal quota starts at once, borrowers
+preempted. A job that cannot fit even in an empty pool "never" starts, with the limit that
+forbids it.
+
+What it does not model, said in every estimate's ``assumed``: priorities other than the
+queue order given, fair-sharing's reordering among borrowers, preemption of lower-priority
+jobs within a queue, node fragmentation and topology (a job admitted by quota may still wait
+for whole nodes), and jobs submitted after ``now``.
+
+>>> pool = [QueueLimits("a", 8)]
+>>> held = [Holding("r1", "a", 8, release=(100.0, 160.0))]
+>>> est = estimate(0.0, pool, held, [Waiting("w1", "a", 4, runs_for=(10.0, 20.0))])["w1"]
+>>> est.low, est.high, est.never
+(100.0, 160.0, None)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aviflow._units import format_duration
+
+UNKNOWN = math.inf  # a release with no known end
+_MAX_COUNT = 1 << 31  # a larger count in a status file is not believed
+
+
+def _time(v: object) -> bool:
+    """A time as a status file may hold it: null, or finite Unix seconds."""
+    return v is None or (
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    )
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_COUNT
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's GPU limits (a ClusterQueue's, or a local queue's quota).
+
+    ``borrowing_limit``: GPUs beyond ``nominal`` it may borrow from its cohort (None: no
+    limit; without a cohort it borrows nothing); ``lending_limit``: how much of its unused
+    nominal quota others may borrow (None: all of it); ``strict``: StrictFIFO."""
+
+    name: str
+    nominal: int
+    cohort: str | None = None
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A job holding ``gpus`` of queue ``queue`` until a time in ``release`` (absolute
+    seconds; the end may be :data:`UNKNOWN`)."""
+
+    id: str
+    queue: str
+    gpus: int
+    release: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A waiting job, in the queue's order; ``runs_for``: how long it holds its GPUs once
+    started (seconds, earliest and latest; the latest may be :data:`UNKNOWN`)."""
+
+    id: str
+    queue: str
+    gpus: int
+    runs_for: tuple[float, float] = (0.0, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """When job ``id`` is expected to start (absolute seconds): between ``low`` and ``high``
+    (``high`` None: no bound, a job ahead has no known end); ``never``: the limit that
+    forbids it in an empty pool (then ``low`` and ``high`` are None); ``now``: it fits at
+    once. ``assumed``: what the estimate takes for granted, for its reader."""
+
+    id: str
+    low: float | None
+    high: float | None
+    never: str | None = None
+    assumed: tuple[str, ...] = ()
+    now: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.never is not None:
+            out["never"] = self.never
+        if self.now:
+            out["now"] = True
+        if self.assumed:
+            out["assumed"] = list(self.assumed)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: object) -> Estimate | None:
+        """The estimate in a status file or an answer (None where it is absent or malformed:
+        a reader shows no estimate rather than a wrong one)."""
+        if not isinstance(d, Mapping):
+            return None
+        low, high, never = d.get("low"), d.get("high"), d.get("never")
+        if not all(_time(v) for v in (low, high)) or not (never is None or isinstance(never, str)):
+            return None
+        assumed = d.get("assumed") or []
+        if not isinstance(assumed, list):
+            return None
+        return cls(
+            "",
+            None if low is None else float(low),
+            None if high is None else float(high),
+            None if never is None else never[:500],
+            tuple(str(a)[:300] for a in assumed[:10]),
+            now=d.get("now") is True,
+        )
+
+
+@dataclass
+class _Pool:
+    """Use of each queue during one replay."""
+
+    limits: Mapping[str, QueueLimits]
+    reclaim: bool
+    capacity: int | None
+    use: dict[str, int] = field(default_factory=dict)
+
+    def guaranteed(self, q: QueueLimits) -> int:
+        """The part of ``q``'s quota no other queue may borrow."""
+        return q.nominal - q.lending_limit if q.lending_limit is not None else 0
+
+    def members(self, q: QueueLimits) -> list[QueueLimits]:
+        if q.cohort is None:
+            return [q]
+        return [m for m in self.limits.values() if m.cohort == q.cohort]
+
+    def cohort_room(self, q: QueueLimits) -> int:
+        """GPUs of ``q``'s cohort not used beyond the queues' guaranteed parts."""
+        lendable = used = 0
+        for m in self.members(q):
+            lendable += m.nominal - self.guaranteed(m)
+            used += max(0, self.use.get(m.name, 0) - self.guaranteed(m))
+        return lendable - used
+
+    def fits_machine(self, w: Waiting) -> bool:
+        return self.capacity is None or sum(self.use.values()) + w.gpus <= self.capacity
+
+    def needs_borrowing(self, w: Waiting) -> bool:
+        return self.use.get(w.queue, 0) + w.gpus > self.limits[w.queue].nominal
+
+    def fits(self, w: Waiting, *, machine: bool = True) -> bool:
+        """Whether ``w`` fits its queue's limits now (and, ``machine``, the capacity)."""
+        q = self.limits[w.queue]
+        mine = self.use.get(w.queue, 0)
+        if machine and not self.fits_machine(w):
+            return False
+        if q.cohort is None:
+            return mine + w.gpus <= q.nominal
+        if self.reclaim and mine + w.gpus <= q.nominal:
+            return True  # borrowers in the cohort are preempted for it
+        if q.borrowing_limit is not None and mine + w.gpus > q.nominal + q.borrowing_limit:
+            return False
+        more = max(0, mine + w.gpus - self.guaranteed(q)) - max(0, mine - self.guaranteed(q))
+        return more <= self.cohort_room(q)
+
+
+def never_reason(
+    w: Waiting, limits: Mapping[str, QueueLimits], capacity: int | None = None
+) -> str | None:
+    """Why ``w`` cannot start even in an empty pool (None: it can).
+
+    >>> never_reason(Waiting("j", "a", 16), {"a": QueueLimits("a", 8)})
+    "needs 16 GPUs; queue 'a' may hold at most 8 (its quota, 8, and no cohort to borrow from)"
+    """
+    q = limits.get(w.queue)
+    if q is None:
+        return f"queue {w.queue!r} does not exist"
+    if capacity is not None and w.gpus > capacity:
+        return f"needs {w.gpus} GPUs; the pool has {capacity}"
+    if q.cohort is None:
+        most, why = q.nominal, f"its quota, {q.nominal}, and no cohort to borrow from"
+    else:
+        others = sum(
+            m.nominal - (m.nominal - m.lending_limit if m.lending_limit is not None else 0)
+            for m in limits.values()
+            if m.cohort == q.cohort and m.name != q.name
+        )
+        borrow = others if q.borrowing_limit is None else min(others, q.borrowing_limit)
+        most = q.nominal + borrow
+        limit = (
+            f"borrowing limit {q.borrowing_limit}"
+            if q.borrowing_limit is not None and q.borrowing_limit < others
+            else f"{others} lendable in cohort {q.cohort!r}"
+        )
+        why = f"its quota, {q.nominal}, plus at most {borrow} borrowed ({limit})"
+    if w.gpus > most:
+        return f"needs {w.gpus} GPUs; queue {w.queue!r} may hold at most {most} ({why})"
+    return None
+
+
+def _replay(
+    now: float,
+    limits: Mapping[str, QueueLimits],
+    holding: Sequence[Holding],
+    waiting: Sequence[Waiting],
+    *,
+    late: bool,
+    reclaim: bool,
+    capacity: int | None,
+    machine_fifo: bool = False,
+) -> dict[str, float]:
+    """Start times of the waiting jobs when every job releases at the start (``late``:
+    the end) of its window; a job with no start time never starts in this replay.
+    ``machine_fifo``: the next job its queue allows waits for the machine's capacity and
+    holds back every later one (the local backend's rule)."""
+    pool = _Pool(limits, reclaim, capacity)
+    ends: list[tuple[float, str, int]] = []  # (time, queue, gpus) of every release ahead
+    for h in holding:
+        pool.use[h.queue] = pool.use.get(h.queue, 0) + h.gpus
+        ends.append((max(now, h.release[1] if late else h.release[0]), h.queue, h.gpus))
+    left = [w for w in waiting if w.queue in limits and never_reason(w, limits, capacity) is None]
+    started: dict[str, float] = {}
+    t = now
+    while True:
+        for e in [e for e in ends if e[0] <= t]:  # every release due by t
+            ends.remove(e)
+            pool.use[e[1]] -= e[2]
+        while True:  # admit at t all that fits, in Kueue's order
+            heads: list[tuple[bool, int, Waiting]] = []
+            for name, queue in limits.items():
+                for order, w in enumerate(left):
+                    if w.queue != name:
+                        continue
+                    if pool.fits(w, machine=not machine_fifo):
+                        heads.append((pool.needs_borrowing(w), order, w))
+                        break
+                    if queue.strict:
+                        break
+            if not heads:
+                break
+            _, _, w = min(heads, key=lambda h: (h[0], h[1]))
+            if machine_fifo and not pool.fits_machine(w):
+                break
+            left.remove(w)
+            started[w.id] = t
+            pool.use[w.queue] = pool.use.get(w.queue, 0) + w.gpus
+            ends.append((t + (w.runs_for[1] if late else w.runs_for[0]), w.queue, w.gpus))
+        if not left or not ends or min(ends)[0] == UNKNOWN:
+            break
+        t = min(ends)[0]
+    return started
+
+
+def estimate(
+    now: float,
+    limits: Iterable[QueueLimits],
+    holding: Sequence[Holding],
+    waiting: Sequence[Waiting],
+    *,
+    reclaim: bool = True,
+    capacity: int | None = None,
+    machine_fifo: bool = False,
+    assumed: Sequence[str] = (),
+) -> dict[str, Estimate]:
+    """Each waiting job's :class:`Estimate` (see the module docstring). ``capacity``: the
+    pool's GPUs where fewer than its queues' quotas (the local backend's machine), and
+    ``machine_fifo`` its rule (see :func:`_replay`); ``assumed``: what the caller took for
+    granted in the windows it gave (added to each)."""
+    by_name = {q.name: q for q in limits}
+    kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo}
+    early = _replay(now, by_name, holding, waiting, late=False, **kw)  # type: ignore[arg-type]
+    late = _replay(now, by_name, holding, waiting, late=True, **kw)  # type: ignore[arg-type]
+    notes = (*assumed, *LIMITS)
+    out = {}
+    for w in waiting:
+        never = never_reason(w, by_name, capacity)
+        if never is not None:
+            out[w.id] = Estimate(w.id, None, None, never, notes)
+            continue
+        low, high = early.get(w.id), late.get(w.id)
+        if low is not None and high is not None and high < low:
+            low, high = high, low  # a later release can let a smaller job pass sooner
+        low = low if low is not None else high
+        out[w.id] = Estimate(w.id, low, high, None, notes, now=low == high == now)
+    return out
+
+
+@dataclass(frozen=True)
+class WaitNumbers:
+    """Why a job waits, in numbers its owner may see (no other team's job names): its queue's
+    ``quota``, the GPUs its queue ``holds`` now, of which ``borrowed`` beyond the quota, the
+    GPUs idle in the cohort that it could borrow (``lendable``), and the jobs ahead of it in
+    its own queue (``ahead``) with their GPUs (``ahead_gpus``)."""
+
+    queue: str
+    quota: int
+    holds: int
+    borrowed: int
+    lendable: int
+    ahead: int
+    ahead_gpus: int
+
+    @classmethod
+    def from_dict(cls, d: object) -> WaitNumbers | None:
+        """The numbers in a status file or an answer (None where absent or malformed)."""
+        if not isinstance(d, Mapping):
+            return None
+        keys = ("quota", "holds", "borrowed", "lendable", "ahead", "aheadGpus")
+        values = [d.get(k) for k in keys]
+        if not isinstance(d.get("queue"), str) or not all(_count(v) for v in values):
+            return None
+        return cls(str(d["queue"])[:253], *(int(v) for v in values))  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {
+            "queue": self.queue,
+            "quota": self.quota,
+            "holds": self.holds,
+            "borrowed": self.borrowed,
+            "lendable": self.lendable,
+            "ahead": self.ahead,
+            "aheadGpus": self.ahead_gpus,
+        }
+
+
+def wait_numbers(
+    job: Waiting,
+    limits: Iterable[QueueLimits],
+    holding: Sequence[Holding],
+    waiting: Sequence[Waiting],
+) -> WaitNumbers | None:
+    """The numbers behind ``job``'s wait now (None: its queue is unknown).
+
+    >>> pool = [QueueLimits("a", 4, cohort="c"), QueueLimits("b", 4, cohort="c")]
+    >>> held = [Holding("x", "a", 6, (0.0, 9.0)), Holding("y", "b", 1, (0.0, 9.0))]
+    >>> mine = Waiting("w", "a", 2)
+    >>> wait_numbers(mine, pool, held, [Waiting("v", "a", 4), mine]).to_dict()
+    {'queue': 'a', 'quota': 4, 'holds': 6, 'borrowed': 2, 'lendable': 1, 'ahead': 1, 'aheadGpus': 4}
+    """
+    by_name = {q.name: q for q in limits}
+    q = by_name.get(job.queue)
+    if q is None:
+        return None
+    pool = _Pool(by_name, reclaim=False, capacity=None)
+    for h in holding:
+        pool.use[h.queue] = pool.use.get(h.queue, 0) + h.gpus
+    holds = pool.use.get(q.name, 0)
+    lendable = 0
+    if q.cohort is not None:
+        lendable = max(0, pool.cohort_room(q) - max(0, q.nominal - holds - pool.guaranteed(q)))
+    index = next((i for i, w in enumerate(waiting) if w.id == job.id), len(waiting))
+    ahead = [w for w in waiting[:index] if w.queue == q.name]
+    return WaitNumbers(
+        q.name, q.nominal, holds, max(0, holds - q.nominal), lendable, len(ahead),
+        sum(w.gpus for w in ahead),
+    )  # fmt: skip
+
+
+def describe(est: Estimate, now: float) -> str:
+    """One line for a person: when the job is expected to start, from ``now``.
+
+    >>> describe(Estimate("j", 160.0, 700.0), 100.0)
+    'expected to start in about 6m (between 1m and 10m from now)'
+    >>> describe(Estimate("j", 100.0, 100.0, now=True), 100.0)
+    'fits now'
+    >>> describe(Estimate("j", 400.0, None), 100.0)
+    'expected to start in 5m at the earliest; no later bound (a job ahead has no time limit)'
+    """
+    if est.never is not None:
+        return f"never at this quota: {est.never}"
+    if est.now:
+        return "fits now"
+    low = max(0.0, (est.low or now) - now)
+    if est.high is None:
+        return (
+            f"expected to start in {_rough(low)} at the earliest; no later bound "
+            "(a job ahead has no time limit)"
+        )
+    high = max(0.0, est.high - now)
+    if high - low < 60:
+        return f"expected to start in about {_rough((low + high) / 2)}"
+    return (
+        f"expected to start in about {_rough((low + high) / 2)} "
+        f"(between {_rough(low)} and {_rough(high)} from now)"
+    )
+
+
+def _rough(seconds: float) -> str:
+    """A duration to the minute (seconds under two minutes)."""
+    if seconds < 120:
+        return format_duration(seconds)
+    return format_duration(round(seconds / 60) * 60)
+
+
+LIMITS = (
+    "queue order as reported; no jobs submitted later",
+    "no fair-sharing reordering, no preemption within a queue, no node fragmentation",
+)
+
+
+def release_window(
+    now: float,
+    started: float,
+    *,
+    time_limit: float | None = None,
+    progress: tuple[int, int, float] | None = None,
+    history: Sequence[float] = (),
+) -> tuple[tuple[float, float], str]:
+    """When a job that started at ``started`` releases its GPUs: ``(earliest, latest)`` in
+    absolute seconds, and what that rests on. Its sources, best first:
+
+    - ``progress``: ``(step, total_steps, seconds)``, the steps it logged toward a declared
+      total in ``seconds`` of training: the rest at that pace, within 20%;
+    - ``history``: how long the user's earlier runs of the same cell held their GPUs: between
+      the shortest and the longest of them from its start;
+    - ``time_limit`` (seconds): it ends by ``started + time_limit`` at the latest, and caps the
+      others; alone, it may end at any moment before.
+
+    Without any, the window has no end (:data:`UNKNOWN`). A window never starts before ``now``.
+
+    >>> release_window(100.0, 0.0, time_limit=600.0, progress=(50, 100, 80.0))
+    ((164.0, 196.0), 'its pace: 50 of 100 steps in 80s')
+    >>> release_window(100.0, 0.0, history=[300.0, 500.0])
+    ((300.0, 500.0), 'its cell ran 300s to 500s before (2 runs)')
+    >>> release_window(100.0, 0.0)
+    ((100.0, inf), 'no time limit, no progress, no earlier run')
+    """
+    cap = started + time_limit if time_limit is not None else UNKNOWN
+    if progress is not None and 0 < progress[0] < progress[1] and progress[2] > 0:
+        step, total, seconds = progress
+        rest = seconds * (total - step) / step
+        low, high = now + 0.8 * rest, now + 1.2 * rest
+        why = f"its pace: {step} of {total} steps in {seconds:g}s"
+    elif history:
+        low, high = started + min(history), started + max(history)
+        why = f"its cell ran {min(history):g}s to {max(history):g}s before ({len(history)} runs)"
+    elif time_limit is not None:
+        return (now, max(now, cap)), f"its time limit, {time_limit:g}s"
+    else:
+        return (now, UNKNOWN), "no time limit, no progress, no earlier run"
+    low, high = max(now, min(low, cap)), max(now, min(high, cap))
+    return (low, high), why
