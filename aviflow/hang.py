@@ -9,16 +9,23 @@ collective waiting for a peer). Jobs that never log steps are judged by heartbea
 ranks without a watchdog (commands) by nothing. The driver then asks every rank for its
 Python stacks, waits a few seconds for them, and records a :class:`FailureInfo` naming the
 silent ranks with their stacks; the lifecycle stops the attempt and restarts or fails it.
+
+While the run store is full (:func:`aviflow.store.low_on_space`) a rank's heartbeats and
+metric rows cannot be written, so silence proves nothing: the driver's :class:`Outages`
+suspends the judgment of the job's running attempt (said once), and resumes it when the store
+takes bytes again, judging the attempt as if it had started running then (said once too):
+the ranks get a whole hang timeout to beat and to log a step (their rows waited in memory).
+No restart is burnt on a full disk.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aviflow._units import format_duration
 from aviflow.records import FailureInfo
-from aviflow.store import RunDir
+from aviflow.store import RunDir, low_on_space
 
 STACK_WAIT = 10.0  # seconds to wait for the ranks' stacks once asked
 MAX_STACK_CHARS = 20_000
@@ -66,6 +73,42 @@ def hang_failure(
     )
 
 
+class Outages:
+    """A driver's memory of full run stores, per job and attempt (see the module docstring);
+    ``say`` is where it says that a judgment was suspended and resumed (the driver's log)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self._full: dict[tuple[str, int], float] = {}  # since when the store is full
+        self._resumed: dict[tuple[str, int], float] = {}  # when it took bytes again
+
+    def judged_from(self, run: RunDir, attempt: int, timeout: float, now: float) -> float | None:
+        """None while ``run``'s store is full (no judgment); else the time from which the
+        attempt is judged (0.0: the store was not full within the last hang timeout)."""
+        key = (run.id, attempt)
+        if low_on_space(run.path):
+            if key not in self._full:
+                self._full[key] = now
+                self.say(
+                    f"job {run.id}: hang judgment of attempt {attempt} suspended: the run store "
+                    "is full, so the ranks' heartbeats and steps cannot be written"
+                )
+            self._resumed.pop(key, None)
+            return None
+        since = self._full.pop(key, None)
+        if since is not None:
+            self._resumed[key] = now
+            self.say(
+                f"job {run.id}: hang judgment of attempt {attempt} resumes: the run store takes "
+                f"bytes again after {now - since:.0f} s; the ranks have "
+                f"{format_duration(timeout)} to beat and log a step"
+            )
+        resumed = self._resumed.get(key, 0.0)
+        if resumed and now - resumed > timeout:
+            del self._resumed[key]  # judged as before: a silence since then is a whole timeout
+        return resumed
+
+
 def watch(
     run: RunDir,
     attempt: int,
@@ -74,14 +117,21 @@ def watch(
     world: int,
     gpus_per_node: int,
     now: float | None = None,
+    outages: Outages | None = None,
 ) -> FailureInfo | None:
     """One pass of a driver's hang check for a running attempt: the recorded hang (declared
     now or before), or None. Asks the ranks for their stacks first and waits for them up to
-    :data:`STACK_WAIT` seconds across passes."""
+    :data:`STACK_WAIT` seconds across passes. With ``outages``, no judgment while the run
+    store is full, and a hang timeout's grace once it takes bytes again."""
     declared = run.hang(attempt)
     if declared is not None:
         return declared
     now = time.time() if now is None else now
+    if outages is not None:
+        since = outages.judged_from(run, attempt, timeout, now)
+        if since is None:
+            return None
+        running_since = max(running_since, since)
     try:  # the metrics file grows with every step: its mtime is the last step's time
         last_step: float | None = run.metrics_path.stat().st_mtime
     except OSError:

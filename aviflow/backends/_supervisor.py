@@ -90,6 +90,7 @@ class Supervisor:
         self._pending: list[Event] = []  # events the run store has not taken yet, in order
         self._stale = False  # status.json is behind the events
         self._full_since: float | None = None
+        self._outages = hang.Outages(_say)  # hang judgment waits while the store is full
         self._full_why = ""
 
     # -- signals and requests --------------------------------------------------------------------
@@ -272,7 +273,7 @@ class Supervisor:
         running = next(e.time for e in reversed(self.lc.events) if e.type is EventType.RUNNING)
         found = hang.watch(
             self.run, attempt, spec.hang_timeout_seconds, running, spec.total_gpus,
-            spec.gpus_per_node, now,
+            spec.gpus_per_node, now, self._outages,
         )  # fmt: skip
         if found is None:
             return False

@@ -124,6 +124,13 @@ class HubBackend(Backend):
                 payload = None
             if not isinstance(payload, dict):
                 payload = {}
+            if "error" not in payload and exc.code in (404, 502, 503):
+                # not aviflow-api's answer: the hub's proxy has no route to it (a hub that
+                # restarts puts its routes back in a moment): try again, as for a 503
+                raise BackendUnavailable(
+                    f"aviflow-api is not reachable through the hub right now ({method} {path}: "
+                    f"{exc.code} {exc.reason}); try again in a few seconds"
+                ) from None
             raise from_wire(
                 payload, exc.code, f"aviflow-api refused {method} {path} ({exc.code} {exc.reason})"
             ) from None

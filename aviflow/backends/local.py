@@ -227,7 +227,11 @@ class LocalBackend(StoreReads, Backend):
             job_id=job_id,
         )
         step = Lifecycle(Policy.from_spec(job.spec)).submitted(time.time(), "waiting for GPU slots")
-        run.record(step.events, step.lifecycle.status())
+        try:
+            run.record(step.events, step.lifecycle.status())
+        except BaseException:  # the store filled just after the job's directory appeared
+            self.store.remove(run.id)  # refused whole: nothing of it is left
+            raise
         try:
             self._start_supervisor(run)
         except BaseException:

@@ -125,6 +125,7 @@ class Controller:
         }
         self._informers = [i for cell in self.cells.values() for i in cell.informers]
         self._deleted: dict[str, Obj] = {}
+        self._outages = hang.Outages(log.warning)  # no hang judgment on a full store
         self.reads = ClusterReads(api, self.custom, self.cells)
         self.binder = Binder(store, self._refuse, self.settings, self.reads.team_of)
         self.submissions = Submissions(
@@ -328,7 +329,7 @@ class Controller:
             spec = job.spec
             hung = hang.watch(
                 run, lc.attempt, spec.hang_timeout_seconds, running, spec.total_gpus,
-                spec.gpus_per_node, now,
+                spec.gpus_per_node, now, self._outages,
             )  # fmt: skip
             if hung is not None:
                 feed(Hung(now, lc.attempt, hung.message))

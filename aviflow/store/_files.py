@@ -464,11 +464,18 @@ def out_of_space(exc: BaseException, path: Path) -> bool:
         if any(words in str(cause).lower() for words in _FULL_WORDS):
             return True
         cause = cause.__cause__ or cause.__context__
+    return low_on_space(path)
+
+
+def low_on_space(path: Path) -> bool:
+    """Whether ``path``'s file system has less than :data:`LOW_SPACE` bytes, or no file,
+    left to this user now: what a rank writes there (a heartbeat, a metric row) may not land."""
     try:
         st = os.statvfs(path)
     except OSError:
         return False
-    return st.f_bavail * st.f_frsize < LOW_SPACE
+    no_files = st.f_files > 0 and st.f_favail == 0  # (a file system without a count has 0)
+    return st.f_bavail * st.f_frsize < LOW_SPACE or no_files
 
 
 def atomic_write(path: Path, data: str | bytes, *, beneath: Path | None = None) -> None:

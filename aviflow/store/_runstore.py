@@ -310,11 +310,16 @@ class RunStore:
                     self.pending_dir.mkdir(exist_ok=True)
                     (self.pending_dir / job_id).touch()
                 os.rename(staging, home / job_id)
+                try:  # the store may fill just now: then the job goes as it came
+                    line = {"id": job_id, "user": home.name, "time": meta.submitted}
+                    append_line(self.index_log, line)
+                except BaseException:
+                    os.rename(home / job_id, staging)  # (removed below; a rename needs no space)
+                    raise
             except BaseException:
                 (self.pending_dir / job_id).unlink(missing_ok=True)
                 (self.index_dir / job_id).unlink(missing_ok=True)
                 raise
-            append_line(self.index_log, {"id": job_id, "user": home.name, "time": meta.submitted})
             self._found[job_id] = home / job_id
             return RunDir(home / job_id)
         finally:

@@ -8,6 +8,7 @@ temporary file left anywhere in the store."""
 from __future__ import annotations
 
 import errno
+import getpass
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 import pytest
@@ -24,7 +26,7 @@ import pytest
 import aviflow
 from aviflow.backends.local import LocalBackend
 from aviflow.records import EventType, JobState
-from aviflow.store import RunDir
+from aviflow.store import RunDir, atomic_write
 from aviflow_testcluster import wait_for
 
 GATE = "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)\n"
@@ -240,3 +242,140 @@ def test_out_of_space_reads_wrapped_errors_and_the_disk(small_disk: Path, tmp_pa
     _fill(small_disk / "filler")
     assert out_of_space(mute, small_disk)
     assert not out_of_space(ValueError("bad"), tmp_path)
+
+
+# -- hang judgment on a full store ---------------------------------------------------------------
+def test_hang_judgment_waits_while_the_store_is_full_and_a_timeout_after(small_disk: Path) -> None:
+    """The driver's side (the local supervisor's and the controller's ``hang.watch``), on a
+    really full disk: a rank silent since long before is not judged while the store is
+    full, nor within a hang timeout after it takes bytes again (its rows and beats wait in
+    memory until then); only a silence past that is a hang. Each change is said once."""
+    from aviflow import hang
+
+    run = RunDir(small_disk / "runs" / "alice" / "job-1")
+    run.heartbeats_dir.mkdir(parents=True)
+    atomic_write(run.rank_heartbeat_path(1, 0), json.dumps({"time": 1000.0}))
+    run.metrics_path.write_text('{"step": 1}\n')
+    os.utime(run.metrics_path, (1000.0, 1000.0))
+    said: list[str] = []
+    outages = hang.Outages(said.append)
+
+    def judge(now: float) -> object:
+        return hang.watch(run, 1, 10.0, 900.0, 1, 1, now, outages)
+
+    filler = small_disk / "filler"
+    _fill(filler)
+    assert [judge(t) for t in (1050.0, 1100.0, 1200.0)] == [None] * 3
+    assert run.stacks_requested(1) is None
+    filler.unlink()  # space returns at 1300: the rank has not beaten nor logged since 1000
+    assert [judge(t) for t in (1300.0, 1305.0, 1310.0)] == [None] * 3
+    assert run.stacks_requested(1) is None  # within the grace: not even suspected
+    assert judge(1310.5) is None and run.stacks_requested(1) == 1310.5  # silent past it
+    hung = judge(1310.5 + hang.STACK_WAIT)
+    assert hung is not None and hung.message == "no heartbeat from rank(s) [0] for 10s"
+    assert said == [
+        "job job-1: hang judgment of attempt 1 suspended: the run store is full, so the "
+        "ranks' heartbeats and steps cannot be written",
+        "job job-1: hang judgment of attempt 1 resumes: the run store takes bytes again "
+        "after 250 s; the ranks have 10s to beat and log a step",
+    ]
+
+
+TRAINS = (
+    "import os, pathlib, time\nimport aviflow\nstep = 0\n"
+    "while not pathlib.Path(os.environ['GATE']).exists():\n"
+    "    step += 1\n    aviflow.log({'loss': 1.0 / step}, step=step)\n    time.sleep(0.5)\n"
+)
+HANG_TIMEOUT = 6.0  # seconds
+
+
+def test_a_full_store_longer_than_the_hang_timeout_is_no_hang(
+    small_disk: Path, tmp_path: Path, leftover_processes
+) -> None:
+    """A rank whose heartbeats and metric rows cannot be written while the store is full is
+    not hung: the supervisor suspends its hang judgment (and says so) until the store takes
+    bytes again and the ranks have had a hang timeout to beat again; no restart is burnt."""
+    root, gate = small_disk / "runs", tmp_path / "go"
+    backend = LocalBackend(root=root, capacity=1)
+    job = aviflow.submit(
+        {
+            "metadata": {"name": "beats-on-a-full-disk"},
+            "spec": {
+                "script": TRAINS,
+                "env": {"GATE": str(gate)},
+                "hangTimeout": f"{HANG_TIMEOUT:.0f}s",
+                "maxRestarts": 1,
+            },
+        },
+        backend=backend,
+    )
+    run = backend.run_dir(job.id)
+    filler = small_disk / "filler"
+    try:
+        wait_for(lambda: len(job.metric_rows()) >= 3, 120, "the rank logs steps")
+        wait_for(lambda: run.rank_beats(1, 1), 30, "the rank beats")
+        assert _fill(filler) > 0
+        time.sleep(2.5 * HANG_TIMEOUT)  # no beat and no step written all along
+        assert run.hang(1) is None and run.stacks_requested(1) is None
+        assert len(leftover_processes(job.id)) > 0
+        filler.unlink()  # space returns
+        steps = len(job.metric_rows())
+        wait_for(lambda: len(job.metric_rows()) >= steps + 3, 60, "steps after the outage")
+        time.sleep(HANG_TIMEOUT)  # the judgment resumes: still no hang
+        gate.touch()
+        assert job.wait(timeout=60) is JobState.SUCCEEDED, run.supervisor_log.read_text()
+    finally:
+        filler.unlink(missing_ok=True)
+        gate.touch()
+        backend.cancel(job.id)
+    assert [e.type for e in job.events()] == [
+        EventType.QUEUED, EventType.STARTING, EventType.RUNNING, EventType.SUCCEEDED,
+    ]  # fmt: skip
+    rows = [r["step"] for r in job.metric_rows()]
+    assert rows == list(range(1, len(rows) + 1))  # every step, once: the rows waited
+    log = run.supervisor_log.read_text()
+    suspended = re.findall(r"hang judgment of attempt 1 suspended: the run store is full", log)
+    resumed = re.findall(r"hang judgment of attempt 1 resumes", log)
+    # (the first line is said while the disk takes none, so it may be lost; the second says
+    # how long the store was full)
+    assert (len(suspended) <= 1, len(resumed)) == (True, 1), log
+    wait_for(lambda: not leftover_processes(job.id), 30, "no process of the job is left")
+
+
+# -- a submission on a store that fills as it is made -----------------------------------------------
+@pytest.mark.parametrize("before", [0, 1], ids=["first-job", "after-another"])
+def test_a_store_that_fills_just_after_the_rename_refuses_the_submission_whole(
+    small_disk: Path, monkeypatch, before: int
+) -> None:
+    """The disk fills just after the job's directory is renamed into place: the index line
+    (a new file on a fresh store), or else the job's first events, cannot be written. The
+    submission is refused (ENOSPC) and nothing of it is left: no directory, index entry,
+    pending mark or staging directory; the store lists what it listed before."""
+    from aviflow.spec import TrainJob
+    from aviflow.store import _runstore
+
+    root, filler = small_disk / "runs", small_disk / "filler"
+    backend = LocalBackend(root=root, capacity=1)
+    spec = {"metadata": {"name": "fills"}, "spec": {"command": ["true"]}}
+    user = getpass.getuser()
+    earlier = [backend.store.create(TrainJob.from_dict(spec), {}, user).id for _ in range(before)]
+    fills = SimpleNamespace(**vars(os))
+
+    def rename(src: Any, dst: Any) -> None:
+        os.rename(src, dst)
+        if Path(dst).parent.parent == root:  # the job's directory, in place
+            _fill(filler)
+
+    fills.rename = rename
+    monkeypatch.setattr(_runstore, "os", fills)
+    with pytest.raises(OSError) as refused:
+        aviflow.submit(spec, backend=backend)
+    assert refused.value.errno == errno.ENOSPC, refused.value
+    monkeypatch.setattr(_runstore, "os", os)
+    filler.unlink()
+    assert backend.list_ids() == earlier
+    assert sorted(p.name for p in (root / user).iterdir()) == sorted(earlier)
+    assert sorted(p.name for p in backend.store.index_dir.iterdir()) == sorted(earlier)
+    assert [p.name for p in root.rglob("*") if p.name.startswith(".staging-")] == []
+    assert [p.name for p in root.rglob("*.tmp")] == []
+    assert not any(backend.store.pending_dir.glob("*"))

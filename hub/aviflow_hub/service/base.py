@@ -9,8 +9,9 @@ Every error is answered as JSON: ``{"status", "error": <class name>, "message", 
 (:meth:`aviflow.errors.AviflowError.to_wire`, cut to a few KB), which
 :func:`aviflow.errors.from_wire` raises again in the notebook as the same class. Routes that
 do not exist answer the same way (:class:`NotFound`, the application's default handler).
-A 503 (BackendUnavailable: a busy lane, a backend that did not answer in time) carries
-``Retry-After``.
+A 503 (BackendUnavailable: a busy lane, a backend that did not answer in time, a hub that
+cannot be reached to check the caller: it restarts) carries ``Retry-After``, and clients try
+again.
 
 Every response, pages, JSON, CSV and redirects alike, errors included, carries
 :data:`SECURITY_HEADERS` (:class:`SecurityHeaders`): a Content-Security-Policy that allows no
@@ -23,9 +24,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from jupyterhub.services.auth import HubOAuthenticated
+from tornado.httpclient import HTTPClientError
 from tornado.web import HTTPError, RequestHandler
 
 from aviflow.errors import (
@@ -33,6 +36,7 @@ from aviflow.errors import (
     AccessDenied,
     AviflowError,
     BackendError,
+    BackendUnavailable,
     JobNotFound,
     RequestError,
 )
@@ -48,6 +52,30 @@ MAX_MESSAGE = 2000
 MAX_PROBLEMS = 20
 MAX_PROBLEM = 500
 _BY_STATUS: dict[int, type[AviflowError]] = {404: JobNotFound, 403: AccessDenied, 409: BackendError}
+HUB_AWAY = (
+    "the hub cannot be reached to check who is calling (it may be restarting); "
+    "try again in a few seconds"
+)
+T = TypeVar("T")
+
+
+async def from_hub(call: Awaitable[T]) -> T:
+    """``call``, a question to the hub (who a token is, a user's groups); a hub that cannot
+    be reached or fails is :class:`BackendUnavailable` (503, the client tries again), not a
+    500 that ends the client's submission (JupyterHub's HubAuth says 500 or 502 then)."""
+    try:
+        return await call
+    except HTTPError as exc:
+        away = exc.status_code == 502 or str(exc.log_message).startswith("Failed to connect")
+        if not away:
+            raise
+    except HTTPClientError as exc:  # the service's own request (a 599: no connection)
+        if exc.code < 500:
+            raise
+    except OSError:  # connection refused or reset
+        pass
+    raise BackendUnavailable(HUB_AWAY)
+
 
 # What aviflow-api's pages need, and nothing else: their <style> block and style attributes
 # (inline SVG charts are part of the document), the cancel forms, which post to aviflow-api,
@@ -166,7 +194,7 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
         self._principal: Principal | None = None
 
     async def prepare(self) -> None:
-        model = await self.hub_auth.get_user(self, sync=False)
+        model = await from_hub(self.hub_auth.get_user(self, sync=False))
         if model:
             try:
                 model = self.check_hub_user(model)
@@ -183,7 +211,7 @@ class BaseHandler(HubOAuthenticated, JsonErrors):
                 "hub usernames with ':' are reserved for the platform's own job owners; "
                 "ask your hub admin to rename the user"
             )
-        info = await self.ctx.hub_user(model["name"])
+        info = await from_hub(self.ctx.hub_user(model["name"]))
         CALLER.set(model["name"])  # this request's task: its lanes' calls count as this user's
         self._principal = Principal(
             name=model["name"],
