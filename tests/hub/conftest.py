@@ -201,7 +201,7 @@ class Hub:
         )
 
     @staticmethod
-    def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    def until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
         """:func:`aviflow_testcluster.wait_for` with the hub tests' default timeout (the
         ledger follows the backend's change feed every ``api.ingestEvery`` second)."""
         return wait_for(check, timeout, what)
