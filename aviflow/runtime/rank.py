@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"aviflow: cannot run {args[0]!r}: {exc.strerror}", file=sys.stderr)
             return 127
 
-    watchdog.start(run, node, rank)  # heartbeats and stacks
+    dog = watchdog.start(run, node, rank)  # heartbeats and stacks
+    if dog is not None:  # its beat in flight ends before the process does (no .tmp left)
+        atexit.register(dog.stop)
     try:
         _sampler.start(run, node.attempt, rank)  # GPU or CPU use (aviflow.usage)
     except OSError:

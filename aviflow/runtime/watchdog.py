@@ -77,6 +77,9 @@ class Watchdog(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         faulthandler.cancel_dump_traceback_later()
+        if self.is_alive() and threading.current_thread() is not self:
+            # a beat in flight ends (a daemon thread cut at exit leaves its temporary file)
+            self.join(timeout=5.0)
 
 
 def start(run: RunDir, node: RuntimeEnv, rank: int) -> Watchdog | None:
