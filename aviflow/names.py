@@ -49,3 +49,11 @@ def label_value(value: str) -> str:
     if len(value) <= 63 and LABEL_VALUE.fullmatch(value) and _SEPARATOR not in value:
         return value
     return slugify(value)
+
+
+def claim_name(v: str) -> str:
+    """``v`` if it is a PersistentVolumeClaim name (a DNS-1123 label), else a ValueError (a
+    pydantic validator of the settings that name claims)."""
+    if not is_dns1123_label(v):
+        raise ValueError(f"{v!r} is not a PersistentVolumeClaim name")
+    return v

@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, ValidationInfo, field_validator
 
 from aviflow._model import StrictModel
-from aviflow.names import DNS1123_LABEL, is_dns1123_label
+from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label
 from aviflow.runtime.env import NAMES as RUNTIME_ENV_NAMES
 from aviflow.spec import RESERVED_ENV
 
@@ -88,9 +88,7 @@ class RuntimeVolume(StrictModel):
     @field_validator("claim_name")
     @classmethod
     def _claim(cls, v: str) -> str:
-        if not is_dns1123_label(v):
-            raise ValueError(f"{v!r} is not a PersistentVolumeClaim name")
-        return v
+        return claim_name(v)
 
     @field_validator("mount_path")
     @classmethod

@@ -24,7 +24,7 @@ from aviflow._model import StrictModel, explain, storable_problems
 from aviflow.errors import BackendError, SpecError
 from aviflow.images import pick
 from aviflow.k8s.runtimes import PodSecurityLevel, TrainingRuntime, problems
-from aviflow.names import DNS1123_LABEL, is_dns1123_label
+from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label
 from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
 from aviflow.store import DEFAULT_JOB_LOG_CAP, MIN_RANK_LOG_CAP, job_log_cap
@@ -54,9 +54,7 @@ class RunStoreVolume(StrictModel):
     @field_validator("claim_name")
     @classmethod
     def _claim(cls, v: str) -> str:
-        if not is_dns1123_label(v):
-            raise ValueError(f"{v!r} is not a PersistentVolumeClaim name")
-        return v
+        return claim_name(v)
 
     @field_validator("mount_path")
     @classmethod

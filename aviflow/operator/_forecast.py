@@ -54,7 +54,7 @@ ASSUMED = (
 Forecast = tuple[Estimate | None, WaitNumbers | None]
 
 
-def _moved(old: Estimate | None, new: Estimate) -> bool:
+def _moved(old: Estimate | None, new: Estimate, now: float) -> bool:
     """Whether ``new`` says something ``old`` did not (another bound, or a bound moved by a
     minute and a tenth of the wait)."""
     if old is None or (old.never, old.now, old.high is None) != (
@@ -68,7 +68,7 @@ def _moved(old: Estimate | None, new: Estimate) -> bool:
             if a != b:
                 return True
             continue
-        if abs(a - b) >= max(60.0, 0.1 * abs(b - time.time())):
+        if abs(a - b) >= max(60.0, 0.1 * abs(b - now)):
             return True
     return False
 
@@ -169,14 +169,13 @@ class PoolForecast:
                 elif state == "QUEUED":
                     attempt = int((cr.get("status") or {}).get("attempt") or 0) + 1
                     positions = self.ctl.reads.positions(ns, job.spec.queue)
-                    position = positions.get(m.attempt_name(job_id, attempt) + "", None)
-                    if position is None:  # its Workload's name is Kueue's, not the Job's
-                        position = next(
-                            (positions[wl["metadata"]["name"]]
-                             for wl in cell.workloads.by(m.attempt_name(job_id, attempt))
-                             if wl["metadata"]["name"] in positions),
-                            1 << 30,
-                        )  # fmt: skip
+                    # its Workload (named by Kueue) belongs to the attempt's Job
+                    position = next(
+                        (positions[wl["metadata"]["name"]]
+                         for wl in cell.workloads.by(m.attempt_name(job_id, attempt))
+                         if wl["metadata"]["name"] in positions),
+                        1 << 30,
+                    )  # fmt: skip
                     limit = job.spec.time_limit_seconds
                     runs_for = (0.0, float(limit) if limit is not None else UNKNOWN)
                     queued.append((position, cr["metadata"].get("creationTimestamp", ""),
@@ -195,7 +194,7 @@ class PoolForecast:
             for w in waiting:
                 est = found[w.id]
                 kept = old.get(w.id, (None, None))[0]
-                est = kept if kept is not None and not _moved(kept, est) else est
+                est = kept if kept is not None and not _moved(kept, est, now) else est
                 self._found[w.id] = (est, wait_numbers(w, limits, holding, waiting))
         snap = snapshot_dict(now, limits, holding, waiting, queues, reclaim)
         try:
