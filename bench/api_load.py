@@ -47,7 +47,7 @@ from aviflow.backends.local import LocalBackend
 from aviflow.records import JobState, JobSummary
 from aviflow_hub.ledger.store import Ledger
 from aviflow_hub.local import hub_command
-from aviflow_testcluster import free_port
+from aviflow_testcluster import free_ports
 
 PASSWORD = "aviflow-bench-pw"
 TEAM, QUEUE, GROUP = "team-a", "queue-a", "a"
@@ -56,12 +56,13 @@ SCRIPT = "import time\ntime.sleep(60)\n"
 
 
 def config(users: list[str], data: Path) -> dict[str, Any]:
+    ports = free_ports(4)
     return {
         "hub": {
             "bind": "127.0.0.1",
-            "port": free_port(),
-            "hubPort": free_port(),
-            "proxyApiPort": free_port(),
+            "port": ports[0],
+            "hubPort": ports[1],
+            "proxyApiPort": ports[2],
             "dataDir": str(data),
             "spawner": "local",
             "admins": [],
@@ -82,7 +83,7 @@ def config(users: list[str], data: Path) -> dict[str, Any]:
         "culler": {"enabled": False},
         "api": {
             "bind": "127.0.0.1",
-            "port": free_port(),
+            "port": ports[3],
             "backend": "local",
             "local": {"capacity": 1},
             "ingestEvery": 1.0,

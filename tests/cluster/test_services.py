@@ -13,7 +13,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from aviflow_testcluster import K8S_VERSION, LABEL_POOL, Cluster, free_port, wait_for
+from aviflow_testcluster import K8S_VERSION, LABEL_POOL, Cluster, free_port, free_ports, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -167,7 +167,7 @@ def start_backends(cluster: Cluster, core: client.CoreV1Api, ns: str, names, app
 def test_cluster_ip_service_by_name_and_named_target_port(k8s_cluster, k8s_namespace):
     ns, app = k8s_namespace, f"web-{uuid.uuid4().hex[:6]}"
     backends = {f"{app}-a", f"{app}-b"}
-    pod_port, svc_port = free_port(), free_port()
+    pod_port, svc_port = free_ports(2)
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         core.create_namespaced_service(ns, service("web", app, svc_port, "http"))
@@ -220,7 +220,7 @@ def test_cluster_ip_service_by_name_and_named_target_port(k8s_cluster, k8s_names
 
 def test_load_balancer_service_reached_from_the_host(k8s_cluster, k8s_namespace):
     ns, app = k8s_namespace, f"lb-{uuid.uuid4().hex[:6]}"
-    pod_port, svc_port = free_port(), free_port()
+    pod_port, svc_port = free_ports(2)
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         start_backends(k8s_cluster, core, ns, [f"{app}-0"], app, pod_port)

@@ -52,19 +52,20 @@ import requests
 import yaml
 
 from aviflow_hub.local import hub_command
-from aviflow_testcluster import free_port, wait_for
+from aviflow_testcluster import free_port, free_ports, wait_for
 
 PASSWORD = "aviflow-test-pw"
 ADMIN_PASSWORD = "aviflow-test-admin-password-0123456789"
 
 
 def base_config(**overrides: Any) -> dict[str, Any]:
+    ports = free_ports(4)  # distinct: two free_port() calls can return the same port
     cfg: dict[str, Any] = {
         "hub": {
             "bind": "127.0.0.1",
-            "port": free_port(),
-            "hubPort": free_port(),
-            "proxyApiPort": free_port(),
+            "port": ports[0],
+            "hubPort": ports[1],
+            "proxyApiPort": ports[2],
             "dataDir": "state",
             "spawner": "local",
             "admins": ["root"],
@@ -94,7 +95,7 @@ def base_config(**overrides: Any) -> dict[str, Any]:
         "culler": {"enabled": True, "timeout": 3600, "every": 60},
         "api": {
             "bind": "127.0.0.1",
-            "port": free_port(),
+            "port": ports[3],
             "backend": "local",
             "local": {"capacity": 1},
             "ingestEvery": 1.0,

@@ -339,7 +339,8 @@ def _answers(url: str) -> bool:
 
 
 def _kinds(job: Job) -> list[EventType]:
-    return [e.type for e in job.events()]
+    """The job's lifecycle events, without USAGE notes (one a minute while it runs)."""
+    return [e.type for e in job.events() if e.type is not EventType.USAGE]
 
 
 def _said(jobs: dict[str, Job]) -> str:
