@@ -399,7 +399,7 @@ def test_preempted_borrower_resumes_from_its_checkpoint(make_pool: Any) -> None:
     # Kueue released the quota, in step with its accumulatedPastExecutionTimeSeconds
     events = borrower.events()
     assert [e.data.get("gpus") for e in events if e.type is EventType.STARTING] == [8, 8]
-    ended = events[preempted]
+    ended = next(e for e in events if e.type is EventType.PREEMPTED)  # events keep USAGE notes
     assert ended.data["admittedSeconds"] >= 1
     drift = admission_drift(events, ended)
     assert drift is not None and abs(drift) <= 1.0, (drift, ended)
