@@ -410,14 +410,31 @@ class ClusterSettings(StrictModel):
         name = name or self.default_runtime
         if name is None:
             return None
-        found = self.runtimes.get(name)
-        if found is None:
-            known = ", ".join(sorted(self.runtimes)) or "none are configured"
-            raise SpecError(
-                f"spec.runtime: {name!r} is not a training runtime of this cluster; use one "
-                f"of: {known} (an admin sets api.kubernetes.runtimes)"
-            )
-        return name, found
+        missing = self.missing_runtime(name)
+        if missing is not None:
+            raise SpecError(missing)
+        return name, self.runtimes[name]
+
+    def missing_runtime(self, name: str | None) -> str | None:
+        """Why a job naming the runtime ``name`` (None: the default) cannot run here, naming
+        the runtimes there are; None when it can. The controller asks it before each
+        attempt: an admin may have removed the runtime a queued job pinned.
+
+        >>> s = ClusterSettings.from_dict({"runtimes": {"ib": {}}})
+        >>> s.missing_runtime("ib") is None
+        True
+        >>> print(s.missing_runtime("roce"))  # doctest: +NORMALIZE_WHITESPACE
+        spec.runtime: 'roce' is not a training runtime of this cluster; use one of: ib (an
+        admin sets api.kubernetes.runtimes)
+        """
+        name = name or self.default_runtime
+        if name is None or name in self.runtimes:
+            return None
+        known = ", ".join(sorted(self.runtimes)) or "none are configured"
+        return (
+            f"spec.runtime: {name!r} is not a training runtime of this cluster; use one "
+            f"of: {known} (an admin sets api.kubernetes.runtimes)"
+        )
 
     def pin_runtime(self, job: TrainJob) -> TrainJob:
         """The job with its runtime named (the default when it names none): every attempt

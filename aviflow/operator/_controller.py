@@ -54,6 +54,7 @@ from aviflow.lifecycle import (
     StartAttempt,
     StopAttempt,
     Tick,
+    Unrunnable,
 )
 from aviflow.operator._binding import Binder
 from aviflow.operator._cell import ACTIVE, Cell, final, job_label
@@ -353,6 +354,9 @@ class Controller:
             feed(obs)
             if obs is None or (len(lc.events), lc.stopping) == before:
                 break
+        if lc.state is JobState.QUEUED and lc.attempt + 1 not in snap.jobs:  # one to make
+            missing = cell.settings.missing_runtime(job.spec.runtime)  # removed since submitted
+            feed(Unrunnable(now, f"its training runtime is gone: {missing}") if missing else None)
         if events:
             self._guard()
             run.append_events(events)  # all or none: a full store keeps none of them
