@@ -354,6 +354,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
         "runtimes.x.volumes.r: mountPath /tmp overlaps /tmp, which Aviflow mounts itself",
     ),
     (
+        {"runtimes": {"x": {"volumes": [{"name": "r", "claimName": "c", "mountPath": "/a/../"}]}}},
+        "runtimes.x.volumes.0.mountPath: '/a/../' is not a mount path (an absolute path "
+        "without '..', not /)",
+    ),
+    (
         {
             "runtimes": {
                 "x": {"volumes": [{"name": "r", "claimName": "c", "mountPath": "/aviflow"}]}
