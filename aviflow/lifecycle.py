@@ -135,6 +135,16 @@ class CannotStart:
 
 
 @dataclass(frozen=True)
+class Unrunnable:
+    """A queued job's next attempt cannot be made as the cluster is configured now (the
+    training runtime it names was removed from the settings): it fails at once, ``reason``
+    its failure, and no attempt is created. Nothing a restart could change."""
+
+    time: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class Evicted:
     """The running attempt lost its admission; ``preempted``: to another workload.
     ``time`` is when its GPUs were released; ``admitted_seconds``: how long the queue says
@@ -170,6 +180,7 @@ Observation = (
     | NodeExited
     | Hung
     | CannotStart
+    | Unrunnable
     | AttemptEnded
     | CancelRequested
     | Evicted
@@ -295,6 +306,12 @@ class Lifecycle:
                 return self._stop(_Why.CANNOT_START, f"cannot start: {obs.reason}")
             case AttemptEnded() if obs.attempt == self.attempt and self.state.is_active():
                 return self._ended(obs)
+            case Unrunnable() if self.state is JobState.QUEUED:
+                failed = {
+                    "failure": FailureInfo(attempt=self.attempt, message=obs.reason).to_dict()
+                }
+                why = f"cannot start: {obs.reason}"
+                return self._emit([Event(EventType.FAILED, self.attempt, why, obs.time, failed)])
             case CancelRequested():
                 return self._cancel(obs)
             case Evicted() if obs.attempt == self.attempt and self.state.is_active():

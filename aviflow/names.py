@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import PurePosixPath
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -57,3 +58,22 @@ def claim_name(v: str) -> str:
     if not is_dns1123_label(v):
         raise ValueError(f"{v!r} is not a PersistentVolumeClaim name")
     return v
+
+
+def mount_path(v: str, reserved: tuple[str, ...] = ()) -> str:
+    """``v`` without its trailing ``/`` if it is a container mount path: absolute, no ``..``
+    part, neither ``/`` nor one of ``reserved``; else a ValueError saying so (a pydantic
+    validator of every setting that names where a volume is mounted).
+
+    >>> mount_path("/cache/hf/")
+    '/cache/hf'
+    >>> mount_path("/dev/shm", reserved=("/dev/shm",))
+    Traceback (most recent call last):
+    ...
+    ValueError: '/dev/shm' is not a mount path (an absolute path without '..', not / or /dev/shm)
+    """
+    path = v.rstrip("/")
+    if not v.startswith("/") or ".." in PurePosixPath(v).parts or path in ("", *reserved):
+        nots = " or ".join(("/", *reserved))
+        raise ValueError(f"{v!r} is not a mount path (an absolute path without '..', not {nots})")
+    return path

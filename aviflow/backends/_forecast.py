@@ -25,20 +25,18 @@ from aviflow.estimate import (
     release_window,
     wait_numbers,
 )
-from aviflow.paging import read_pages
-from aviflow.store import RunDir, RunStore
+from aviflow.store import EventsCache, RunDir, RunStore
 
 ASSUMED = ("running jobs end by their time limit; those without one at an unknown time",)
 
 
-def _holding(store: RunStore, job_id: str, now: float) -> Holding | None:
+def _holding(store: RunStore, job_id: str, now: float, events: EventsCache) -> Holding | None:
     try:
         run = store.get(job_id)
         spec = run.spec().spec
-        events = read_pages(run.events).items
+        held = held_seconds(events.of(run), now)
     except (AviflowError, OSError, ValueError):
         return None  # gone or unreadable meanwhile: it holds nothing we can time
-    held = held_seconds(events, now)
     window, _ = release_window(now, now - held, time_limit=spec.time_limit_seconds)
     return Holding(job_id, spec.queue, spec.total_gpus, window)
 
@@ -60,11 +58,15 @@ def forecast(
     now: float,
     *,
     extra: Waiting | None = None,
+    events: EventsCache | None = None,
 ) -> tuple[dict[str, Estimate], dict[str, WaitNumbers]]:
     """The expected start and the wait's numbers of every job waiting in ``store``:
     ``queued`` and ``held_ids`` as :func:`~aviflow.backends.local.scan_queues` found them
-    (and of ``extra``, a job not submitted yet, after them: a dry run)."""
-    holding = [h for h in (_holding(store, i, now) for i in held_ids) if h is not None]
+    (and of ``extra``, a job not submitted yet, after them: a dry run). ``events``: the
+    holding jobs' event logs as a caller that forecasts again and again keeps them (an
+    unchanged one is not read again); None reads them afresh."""
+    events = events or EventsCache()
+    holding = [h for h in (_holding(store, i, now, events) for i in held_ids) if h is not None]
     waiting: list[Waiting] = []
     for q in queued:
         try:

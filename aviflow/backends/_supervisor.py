@@ -53,7 +53,15 @@ from aviflow.paging import read_pages
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore, atomic_write, disk_full, rank_log_share, read_json
+from aviflow.store import (
+    EventsCache,
+    RunDir,
+    RunStore,
+    atomic_write,
+    disk_full,
+    rank_log_share,
+    read_json,
+)
 
 POLL_SECONDS = 0.1
 QUEUE_POLL_SECONDS = 0.25
@@ -169,7 +177,7 @@ class Supervisor:
 
     # -- queue -----------------------------------------------------------------------------------
     def wait_for_turn(self) -> bool:
-        store = RunStore(self.run.store_root)
+        store, events = RunStore(self.run.store_root), EventsCache()  # forecasts' reads
         reported: tuple[object, ...] | None = None
         forecast_at, estimate, numbers = 0.0, None, None
         while True:
@@ -195,7 +203,9 @@ class Supervisor:
                 now - forecast_at >= FORECAST_SECONDS
             ):
                 forecast_at = now
-                found, waits = forecast(store, waiting, held, quotas, self.capacity, now)
+                found, waits = forecast(
+                    store, waiting, held, quotas, self.capacity, now, events=events
+                )
                 estimate, numbers = found.get(self.run.id), waits.get(self.run.id)
             if (verdict.position, verdict.reason, estimate, numbers) != reported:
                 reported = (verdict.position, verdict.reason, estimate, numbers)

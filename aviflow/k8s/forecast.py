@@ -1,5 +1,6 @@
 """Kueue's ClusterQueues as :mod:`aviflow.estimate`'s queue limits, and the pool snapshot the
-controller publishes in the run store (``.pool.json``) for dry runs. Pure.
+controller publishes in the run store (``.pool.json``) for dry runs, checked and bounded
+field by field when read back (:func:`parse_snapshot`). Pure.
 
 >>> cq = {"metadata": {"name": "vision"}, "spec": {"cohortName": "research",
 ...       "queueingStrategy": "BestEffortFIFO", "preemption": {"reclaimWithinCohort": "Any"},
@@ -13,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 from aviflow._units import parse_quantity
 from aviflow.estimate import UNKNOWN, Holding, QueueLimits, Waiting
 
+log = logging.getLogger("aviflow.forecast")
 POOL_FILE = ".pool.json"  # in the run store's root: the controller's latest snapshot
 POOL_FRESH = 120.0  # seconds a snapshot is believed for a dry run
 
@@ -107,32 +110,108 @@ def snapshot_dict(
     }  # fmt: skip
 
 
-def _end(v: Any) -> float:
-    return UNKNOWN if v is None else float(v)
+# What a snapshot may hold: more is not a pool's, and refuses the whole file
+MAX_QUEUES = 1000  # ClusterQueues, and LocalQueues mapped to them
+MAX_JOBS = 10_000  # jobs holding GPUs, and jobs waiting
+MAX_GPUS = 1 << 20  # GPUs of one queue's limit or one job
+MAX_NAME = 253  # a queue's name, a cohort's, a job's id
+Snapshot = tuple[float, list[QueueLimits], list[Holding], list[Waiting], dict[str, str], bool]
 
 
-def read_snapshot(
-    data: Any,
-) -> tuple[float, list[QueueLimits], list[Holding], list[Waiting], dict[str, str], bool] | None:
-    """The snapshot :func:`snapshot_dict` wrote (None: not one; the controller writes it, but a
-    reader checks what it reads)."""
+def _name(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not 0 < len(v) <= MAX_NAME:
+        raise ValueError(f"{what} is not a name of 1 to {MAX_NAME} characters")
+    return v
+
+
+def _int(v: Any, what: str, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_GPUS:
+        raise ValueError(f"{what} is not a whole number from 0 to {MAX_GPUS}")
+    return v
+
+
+def _bool(v: Any, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{what} is not true or false")
+    return v
+
+
+def _seconds(v: Any, what: str, end: bool = False) -> float:
+    """Finite seconds, not negative; with ``end`` null is :data:`UNKNOWN` (no known end)."""
+    if v is None and end:
+        return UNKNOWN
+    if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < math.inf:
+        raise ValueError(f"{what} is not finite seconds, 0 or more")  # NaN fails the range too
+    return float(v)
+
+
+def _list(v: Any, what: str, most: int) -> list[Any]:
+    if not isinstance(v, list) or len(v) > most:
+        raise ValueError(f"{what} is not a list of at most {most}")
+    return v
+
+
+def _fields(v: Any, what: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(v, dict) or set(v) != set(keys):
+        raise ValueError(f"{what} is not an object of {', '.join(keys)}")
+    return v
+
+
+def _window(v: Any, what: str) -> tuple[float, float]:
+    if not isinstance(v, list) or len(v) != 2:
+        raise ValueError(f"{what} is not a pair")
+    return _seconds(v[0], f"{what}[0]", end=True), _seconds(v[1], f"{what}[1]", end=True)
+
+
+def parse_snapshot(data: Any) -> Snapshot:
+    """The snapshot :func:`snapshot_dict` wrote, every field checked and bounded; a
+    ValueError says the first that is not."""
+    top = _fields(data, "the snapshot", ("time", "reclaim", "queues", "limits", "holding",
+                                         "waiting"))  # fmt: skip
+    if not isinstance(top["queues"], dict) or len(top["queues"]) > MAX_QUEUES:
+        raise ValueError(f"queues is not an object of at most {MAX_QUEUES}")
+    queues = {_name(k, "a queue"): _name(v, f"queues.{k}") for k, v in top["queues"].items()}
+    limits = []
+    for i, q in enumerate(_list(top["limits"], "limits", MAX_QUEUES)):
+        at = f"limits[{i}]"
+        q = _fields(q, at, ("name", "nominal", "cohort", "borrowingLimit", "lendingLimit",
+                            "strict"))  # fmt: skip
+        cohort = None if q["cohort"] is None else _name(q["cohort"], f"{at}.cohort")
+        limits.append(QueueLimits(
+            _name(q["name"], f"{at}.name"), _int(q["nominal"], f"{at}.nominal"), cohort,
+            _int(q["borrowingLimit"], f"{at}.borrowingLimit", optional=True),
+            _int(q["lendingLimit"], f"{at}.lendingLimit", optional=True),
+            _bool(q["strict"], f"{at}.strict"),
+        ))  # fmt: skip
+    jobs: dict[str, list[Any]] = {}
+    for part, window in (("holding", "release"), ("waiting", "runsFor")):
+        found = jobs[part] = []
+        for i, j in enumerate(_list(top[part], part, MAX_JOBS)):
+            at = f"{part}[{i}]"
+            j = _fields(j, at, ("id", "queue", "gpus", window))
+            job_id, queue = _name(j["id"], f"{at}.id"), _name(j["queue"], f"{at}.queue")
+            gpus, ends = _int(j["gpus"], f"{at}.gpus"), _window(j[window], f"{at}.{window}")
+            found.append((job_id, queue, gpus, ends))
+    return (
+        _seconds(top["time"], "time"),
+        limits,
+        [Holding(*h) for h in jobs["holding"]],
+        [Waiting(*w) for w in jobs["waiting"]],
+        queues,
+        _bool(top["reclaim"], "reclaim"),
+    )
+
+
+def read_snapshot(data: Any) -> Snapshot | None:
+    """:func:`parse_snapshot`, or None: no snapshot (``data`` None: no file, or not JSON), or
+    one refused as a whole (logged). Only the controller writes it, but a reader checks what
+    it reads."""
+    if data is None:
+        return None
     try:
-        limits = [
-            QueueLimits(str(q["name"]), int(q["nominal"]), q.get("cohort"),
-                        q.get("borrowingLimit"), q.get("lendingLimit"), bool(q.get("strict")))
-            for q in data["limits"]
-        ]  # fmt: skip
-        holding = [
-            Holding(str(h["id"]), str(h["queue"]), int(h["gpus"]),
-                    (_end(h["release"][0]), _end(h["release"][1])))
-            for h in data["holding"]
-        ]  # fmt: skip
-        waiting = [
-            Waiting(str(w["id"]), str(w["queue"]), int(w["gpus"]),
-                    (_end(w["runsFor"][0]), _end(w["runsFor"][1])))
-            for w in data["waiting"]
-        ]  # fmt: skip
-        queues = {str(k): str(v) for k, v in data["queues"].items()}
-        return float(data["time"]), limits, holding, waiting, queues, bool(data["reclaim"])
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return parse_snapshot(data)
+    except ValueError as exc:
+        log.warning("%s refused (%s): dry runs have no forecast until the next one", POOL_FILE, exc)
         return None

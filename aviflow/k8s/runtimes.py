@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, ValidationInfo, field_validator
 
 from aviflow._model import StrictModel
-from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label
+from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label, mount_path
 from aviflow.runtime.env import NAMES as RUNTIME_ENV_NAMES
 from aviflow.spec import RESERVED_ENV
 
@@ -93,9 +93,7 @@ class RuntimeVolume(StrictModel):
     @field_validator("mount_path")
     @classmethod
     def _mount(cls, v: str) -> str:
-        if not v.startswith("/") or ".." in PurePosixPath(v).parts or v.rstrip("/") == "":
-            raise ValueError(f"{v!r} must be an absolute path other than '/', without '..'")
-        return v.rstrip("/")
+        return mount_path(v)
 
     @field_validator("sub_path")
     @classmethod

@@ -24,7 +24,7 @@ from aviflow._model import StrictModel, explain, storable_problems
 from aviflow.errors import BackendError, SpecError
 from aviflow.images import pick
 from aviflow.k8s.runtimes import PodSecurityLevel, TrainingRuntime, problems
-from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label
+from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label, mount_path
 from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
 from aviflow.store import DEFAULT_JOB_LOG_CAP, MIN_RANK_LOG_CAP, job_log_cap
@@ -59,9 +59,7 @@ class RunStoreVolume(StrictModel):
     @field_validator("mount_path")
     @classmethod
     def _mount(cls, v: str) -> str:
-        if not v.startswith("/") or ".." in Path(v).parts or v.rstrip("/") == "":
-            raise ValueError(f"{v!r} must be an absolute path other than '/'")
-        return v.rstrip("/")
+        return mount_path(v)
 
 
 class Topology(StrictModel):
@@ -410,14 +408,31 @@ class ClusterSettings(StrictModel):
         name = name or self.default_runtime
         if name is None:
             return None
-        found = self.runtimes.get(name)
-        if found is None:
-            known = ", ".join(sorted(self.runtimes)) or "none are configured"
-            raise SpecError(
-                f"spec.runtime: {name!r} is not a training runtime of this cluster; use one "
-                f"of: {known} (an admin sets api.kubernetes.runtimes)"
-            )
-        return name, found
+        missing = self.missing_runtime(name)
+        if missing is not None:
+            raise SpecError(missing)
+        return name, self.runtimes[name]
+
+    def missing_runtime(self, name: str | None) -> str | None:
+        """Why a job naming the runtime ``name`` (None: the default) cannot run here, naming
+        the runtimes there are; None when it can. The controller asks it before each
+        attempt: an admin may have removed the runtime a queued job pinned.
+
+        >>> s = ClusterSettings.from_dict({"runtimes": {"ib": {}}})
+        >>> s.missing_runtime("ib") is None
+        True
+        >>> print(s.missing_runtime("roce"))  # doctest: +NORMALIZE_WHITESPACE
+        spec.runtime: 'roce' is not a training runtime of this cluster; use one of: ib (an
+        admin sets api.kubernetes.runtimes)
+        """
+        name = name or self.default_runtime
+        if name is None or name in self.runtimes:
+            return None
+        known = ", ".join(sorted(self.runtimes)) or "none are configured"
+        return (
+            f"spec.runtime: {name!r} is not a training runtime of this cluster; use one "
+            f"of: {known} (an admin sets api.kubernetes.runtimes)"
+        )
 
     def pin_runtime(self, job: TrainJob) -> TrainJob:
         """The job with its runtime named (the default when it names none): every attempt
@@ -472,9 +487,7 @@ class ClusterSettings(StrictModel):
     @field_validator("scratch")
     @classmethod
     def _scratch(cls, v: list[str]) -> list[str]:
-        for path in v:
-            if not path.startswith("/") or path.rstrip("/") in ("", "/dev/shm") or ".." in path:
-                raise ValueError(f"{path!r} is not an absolute directory for scratch")
+        v = [mount_path(path, reserved=("/dev/shm",)) for path in v]  # the pods' own /dev/shm
         if len(set(v)) != len(v):
             raise ValueError("a scratch directory is named twice")
         return v

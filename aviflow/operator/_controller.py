@@ -54,6 +54,7 @@ from aviflow.lifecycle import (
     StartAttempt,
     StopAttempt,
     Tick,
+    Unrunnable,
 )
 from aviflow.operator._binding import Binder
 from aviflow.operator._cell import ACTIVE, Cell, final, job_label
@@ -69,10 +70,9 @@ from aviflow.operator._observe import (
 from aviflow.operator._orphans import SUBMISSION_GRACE, Submissions
 from aviflow.operator._reads import API_TIMEOUT, ClusterReads
 from aviflow.operator._workqueue import WorkQueue
-from aviflow.paging import read_pages
 from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.spec import TrainJob
-from aviflow.store import RunDir, RunStore, disk_full
+from aviflow.store import EventsCache, RunDir, RunStore, disk_full
 
 log = logging.getLogger("aviflow.operator")
 DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time limit
@@ -135,6 +135,7 @@ class Controller:
             self._guard,
             submission_grace,
         )
+        self.events = EventsCache()  # the reconciles' and the forecast's: reads what grew
         self.forecast = PoolForecast(self)
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
         self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
@@ -301,7 +302,7 @@ class Controller:
             return
         job = run.spec()
         policy = Policy.from_spec(job.spec, readmit=True)
-        lc = Lifecycle.from_events(policy, read_pages(run.events).items)
+        lc = Lifecycle.from_events(policy, self.events.of(run))
         ref = m.JobRef(job_id, cr["metadata"]["uid"], run.path.parent.name, run.meta().team)
         now = time.time()
         events: list[Event] = []
@@ -353,6 +354,9 @@ class Controller:
             feed(obs)
             if obs is None or (len(lc.events), lc.stopping) == before:
                 break
+        if lc.state is JobState.QUEUED and lc.attempt + 1 not in snap.jobs:  # one to make
+            missing = cell.settings.missing_runtime(job.spec.runtime)  # removed since submitted
+            feed(Unrunnable(now, f"its training runtime is gone: {missing}") if missing else None)
         if events:
             self._guard()
             run.append_events(events)  # all or none: a full store keeps none of them
@@ -555,7 +559,7 @@ class Controller:
         if not self.binder.bound_here(run, cr):
             return
         lc = Lifecycle.from_events(
-            Policy.from_spec(run.spec().spec, readmit=True), read_pages(run.events).items
+            Policy.from_spec(run.spec().spec, readmit=True), self.events.of(run)
         )
         step = lc.observe(Lost(time.time(), "the TrainJob was deleted", cancelled=True))
         if step.events:

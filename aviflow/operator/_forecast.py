@@ -2,7 +2,8 @@
 
 Every ``queued_tick`` the controller's ticker calls :meth:`PoolForecast.refresh`: it reads
 the ClusterQueues (their limits and use; cached :data:`CQ_TTL` seconds), the jobs holding
-GPUs (its TrainJob cache; how long each has held them, from its run directory's events) and
+GPUs (its TrainJob cache; how long each has held them, from its run directory's events, as
+the controller's :class:`~aviflow.store.EventsCache` has them: unchanged, not read again) and
 the queued ones in Kueue's order (its visibility API, as the queue positions), and replays
 admission forward (:mod:`aviflow.estimate`). GPUs a ClusterQueue's status counts that no
 Aviflow job holds (plain Kueue Jobs) are a holding with no known end. Each queued job's
@@ -37,7 +38,7 @@ from aviflow.estimate import (
 from aviflow.k8s import manifests as m
 from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, reclaims, snapshot_dict
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
-from aviflow.paging import read_pages
+from aviflow.records import Event
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, atomic_write
 
@@ -129,12 +130,11 @@ class PoolForecast:
         self._lqs[(ns, lq)] = (now, cq)
         return cq
 
-    @staticmethod
-    def _held(run: RunDir, job: TrainJob, now: float) -> tuple[float, float]:
-        try:
-            events = read_pages(run.events).items
+    def _held(self, run: RunDir, job: TrainJob, now: float) -> tuple[float, float]:
+        try:  # what the job's reconciles read already: an unchanged file is not read again
+            events: tuple[Event, ...] = self.ctl.events.of(run)
         except (AviflowError, OSError, ValueError):
-            events = []
+            events = ()
         held = held_seconds(events, now)
         window, _ = release_window(now, now - held, time_limit=job.spec.time_limit_seconds)
         return window

@@ -56,7 +56,8 @@ one stream across rotations (:mod:`._logs`).
 The modules: :mod:`._files` (opening, reading and writing without following symlinks),
 :mod:`._data` (what a job writes: checkpoint markers, metric rows, failure records),
 :mod:`._logs` (rank logs: read by offset or tail, rotated under a cap), :mod:`._rundir`
-(one job's directory), :mod:`._runstore` (the index, locating, creating and staging).
+(one job's directory), :mod:`._runstore` (the index, locating, creating and staging),
+:mod:`._events` (jobs' event logs read once, then only as they grow).
 """
 
 from aviflow.store._data import (
@@ -67,6 +68,7 @@ from aviflow.store._data import (
     metric_row,
     scan_checkpoints,
 )
+from aviflow.store._events import EventsCache
 from aviflow.store._files import (
     MAX_LINES_READ,
     MAX_RECORD_BYTES,
@@ -127,6 +129,7 @@ __all__ = [
     "ROOT_ENV",
     "RUNTIME_SPEC",
     "VARS_FILE",
+    "EventsCache",
     "Rotation",
     "RunDir",
     "RunStore",

@@ -20,6 +20,7 @@ from aviflow.lifecycle import (
     StartAttempt,
     StopAttempt,
     Tick,
+    Unrunnable,
 )
 from aviflow.records import EventType, FailureInfo, JobState
 
@@ -206,6 +207,25 @@ def test_a_lost_driver_fails_or_cancels_the_job():
     assert events[-1] == ("FAILED", 1, "supervisor died")
     _, events, _ = run(Policy(), Lost(2.0, "cancelled", cancelled=True))
     assert events[-1] == ("CANCELLED", 0, "cancelled")
+
+
+def test_a_queued_job_that_cannot_be_made_fails_once_and_starts_nothing():
+    """The controller's answer to a job whose runtime an admin removed: FAILED at once with
+    the reason as its failure, whichever attempt it waited for; not while one runs."""
+    policy = Policy(max_restarts=3, readmit=True)
+    lc, events, actions = run(policy, Unrunnable(1.0, "its runtime is gone"))
+    assert events[-1] == ("FAILED", 0, "cannot start: its runtime is gone")
+    assert actions == [StartAttempt(1)]  # submitted's, which the driver skips once finished
+    assert lc.state is JobState.FAILED
+    assert lc.status().failure == FailureInfo(attempt=0, message="its runtime is gone")
+    assert lc.observe(Unrunnable(2.0, "again")).events == []  # once
+    lc, events, actions = run(
+        policy, Admitted(1.0), AttemptEnded(2.0, 1, {0: 1}, BOOM), Unrunnable(3.0, "gone")
+    )
+    assert [e[:2] for e in events[-3:]] == [("RESTARTING", 1), ("QUEUED", 1), ("FAILED", 1)]
+    assert actions == [StartAttempt(1), StartAttempt(2)] and lc.restarts == 1
+    lc, events, _ = run(policy, Admitted(1.0), NodesUp(2.0, 1), Unrunnable(3.0, "gone"))
+    assert lc.state is JobState.RUNNING and events[-1][0] == "RUNNING"
 
 
 def test_the_lifecycle_rebuilt_from_its_events_carries_on():

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from llm_kit import SEQ, TINY, G
 
 import aviflow
 from aviflow.examples import llm
@@ -25,20 +26,6 @@ from aviflow.records import JobState
 
 LLM = Path(llm.__file__)
 WAIT = 420  # seconds; a loaded 2-core machine can be slow to start 4 torch processes
-G = 16  # samples per optimizer step
-SEQ = 16
-SMALL = {
-    "LLM_STEPS": "8",
-    "LLM_SEQ": str(SEQ),
-    "LLM_MICRO_BATCH": "2",
-    "LLM_GLOBAL_BATCH": str(G),
-    "LLM_EVAL_SAMPLES": "8",
-    "LLM_EVAL_EVERY": "4",
-    "LLM_CKPT_EVERY": "4",
-    "LLM_HIDDEN": "32",
-    "LLM_HEADS": "2",
-    "LLM_LR": "1e-2",
-}
 
 
 # -- the pure parts --------------------------------------------------------------------------
@@ -106,7 +93,7 @@ def _job(name, nodes, gpus, env=None, **spec):
             "nodes": nodes,
             "gpusPerNode": gpus,
             "scriptFile": str(LLM),
-            "env": {**SMALL, **(env or {})},
+            "env": {**TINY, **(env or {})},
             **spec,
         },
     }

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_kit import SEQ, TINY, G
 
 from aviflow import api
 from aviflow.examples import llm
@@ -26,19 +27,6 @@ from aviflow.records import EventType, JobState
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = Path(llm.__file__).parent
-G, SEQ = 16, 16  # samples per optimizer step, tokens per sample
-TINY = {
-    "LLM_STEPS": "8",
-    "LLM_SEQ": str(SEQ),
-    "LLM_MICRO_BATCH": "2",
-    "LLM_GLOBAL_BATCH": str(G),
-    "LLM_EVAL_SAMPLES": "8",
-    "LLM_EVAL_EVERY": "4",
-    "LLM_CKPT_EVERY": "4",
-    "LLM_HIDDEN": "32",
-    "LLM_HEADS": "2",
-    "LLM_LR": "1e-2",
-}
 SHARDS = re.compile(
     r"fsdp2: rank \d+ holds (\d+) of (\d+) parameter elements; (\d+) of (\d+) parameters "
     r"are DTensors \(Shard\(dim=0\),\)$",

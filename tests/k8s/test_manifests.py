@@ -256,10 +256,20 @@ def test_bad_settings_are_refused_with_the_key() -> None:
         BackendError, match=r"give topology\.required or topology\.preferred, not both"
     ):
         ClusterSettings.from_dict({"topology": {"preferred": "topology.aviflow.dev/rack"}})
-    with pytest.raises(BackendError, match="must be an absolute path"):
+    with pytest.raises(BackendError) as refused:
         ClusterSettings.from_dict({"runs": {"mountPath": "runs"}})
-    with pytest.raises(BackendError, match="is not an absolute directory for scratch"):
-        ClusterSettings.from_dict({"scratch": ["/dev/shm"]})
+    assert str(refused.value).endswith(
+        "runs.mountPath: 'runs' is not a mount path (an absolute path without '..', not /)"
+    )
+    for bad in ("/dev/shm", "/dev/shm/", "/", "tmp", "/tmp/../etc"):
+        with pytest.raises(BackendError) as refused:
+            ClusterSettings.from_dict({"scratch": ["/tmp", bad]})
+        assert str(refused.value).endswith(
+            f"scratch: {bad!r} is not a mount path (an absolute path without '..', not / or "
+            "/dev/shm)"
+        )
+    with pytest.raises(BackendError, match="a scratch directory is named twice"):
+        ClusterSettings.from_dict({"scratch": ["/tmp", "/tmp/"]})
 
 
 @pytest.mark.cluster

@@ -354,6 +354,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
         "runtimes.x.volumes.r: mountPath /tmp overlaps /tmp, which Aviflow mounts itself",
     ),
     (
+        {"runtimes": {"x": {"volumes": [{"name": "r", "claimName": "c", "mountPath": "/a/../"}]}}},
+        "runtimes.x.volumes.0.mountPath: '/a/../' is not a mount path (an absolute path "
+        "without '..', not /)",
+    ),
+    (
         {
             "runtimes": {
                 "x": {"volumes": [{"name": "r", "claimName": "c", "mountPath": "/aviflow"}]}
@@ -401,12 +406,14 @@ def _pod_of(job_body: dict[str, Any], namespace: str) -> dict[str, Any]:
 
 @pytest.mark.cluster
 def test_the_api_server_keeps_the_runtime_and_pod_security_decides_as_computed(
-    crd_installed: Any,
+    crd_installed: Any, tmp_path: Path
 ) -> None:
     """A server-side dry run in a namespace enforcing ``privileged`` stores the attempt Job
     with everything the runtime added; in one enforcing ``restricted`` (the default) Pod
     Security admits the pods of a runtime that needs restricted only and refuses the others,
-    as the settings' check says; a TrainJob cannot carry a capability or the host network."""
+    as the settings' check says; a TrainJob cannot carry a capability or the host network.
+    A queued job whose runtime the admin removed since is FAILED by the controller once,
+    naming it and those left, and nothing is created for it (Kueue admits nothing here)."""
     cluster = crd_installed
     privileged = cluster.create_namespace(
         labels={"pod-security.kubernetes.io/enforce": "privileged"}
@@ -457,9 +464,68 @@ def test_the_api_server_keeps_the_runtime_and_pod_security_decides_as_computed(
         assert refused.returncode != 0
         assert 'unknown field "spec.hostNetwork"' in refused.stderr
         assert 'unknown field "spec.capabilities"' in refused.stderr
+        _a_removed_runtime_fails_the_job_once(cluster, restricted, tmp_path)
     finally:
         for ns in (privileged, restricted):
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _a_removed_runtime_fails_the_job_once(cluster: Any, namespace: str, root: Path) -> None:
+    """Submitted with the runtime hf-cache, then driven by a controller whose settings have
+    no runtime any more (an admin removed it from api.kubernetes.runtimes)."""
+    from aviflow_pool import Pool
+
+    from aviflow.backends.kubernetes import KubernetesBackend
+    from aviflow.bundle import build_bundle
+    from aviflow.records import EventType, JobState
+    from aviflow_testcluster import wait_for
+
+    image = {"name": "trainer-none", "image": "aviflow/trainer:none"}  # no pod ever runs
+    pool = Pool(cluster, namespace, root, {"vision": {"gpus": 0}}, [image])
+    try:
+        before = pool.settings.model_copy(update={"runtimes": {"hf-cache": TrainingRuntime()}})
+        ft = job("hf-cache", nodes=1)
+        job_id = KubernetesBackend(before, api=pool.api).submit(ft, build_bundle(ft, root))
+        pool.start_controller()
+        cr = ["get", "trainjob", job_id, "-n", namespace, "-o", "jsonpath={.status.state}"]
+        wait_for(lambda: cluster.kubectl(*cr).stdout == "FAILED", 30, "the TrainJob FAILED")
+        why = (
+            "cannot start: its training runtime is gone: spec.runtime: 'hf-cache' is not a "
+            "training runtime of this cluster; use one of: none are configured (an admin sets "
+            "api.kubernetes.runtimes)"
+        )
+        cr[-1] = "jsonpath={.status.message}"
+        assert cluster.kubectl(*cr).stdout == why
+        run = pool.backend.run_dir(job_id)
+        assert [(e.type, e.message) for e in run.events().items] == [
+            (EventType.QUEUED, "waiting for admission"),
+            (EventType.FAILED, why),
+        ]
+        assert run.status().state is JobState.FAILED
+        assert pool.leftovers() == {
+            k: []
+            for k in ("jobs", "pods", "services", "networkpolicies", "workloads.kueue.x-k8s.io")
+        }
+    finally:
+        pool.close()
+
+
+def test_a_removed_runtime_is_named_with_those_left() -> None:
+    """What the controller asks before it makes a queued job's next attempt."""
+    submitted = SETTINGS.pin_runtime(job()).spec.runtime
+    later = ClusterSettings.from_dict({"image": "t:1", "runtimes": {"infiniband": {}}})
+    assert later.missing_runtime(submitted) == (
+        "spec.runtime: 'hf-cache' is not a training runtime of this cluster; use one of: "
+        "infiniband (an admin sets api.kubernetes.runtimes)"
+    )
+    assert later.missing_runtime("infiniband") is None
+    assert SETTINGS.missing_runtime(None) is None  # the default, which is there
+    bare = ClusterSettings.from_dict({"image": "t:1"})
+    assert bare.missing_runtime(None) is None  # none named, none needed
+    assert bare.missing_runtime("hf-cache") == (
+        "spec.runtime: 'hf-cache' is not a training runtime of this cluster; use one of: "
+        "none are configured (an admin sets api.kubernetes.runtimes)"
+    )
 
 
 def test_every_allowed_capability_has_a_level() -> None:
