@@ -252,6 +252,17 @@ def cmd_usage(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_store_migrate(ns: argparse.Namespace) -> int:
+    from aviflow.store import RunStore
+
+    store = RunStore(ns.root)
+    moved = store.migrate_legacy()
+    for job_id in moved:
+        print(f"moved {job_id}")
+    print(f"{len(moved)} job(s) of an earlier layout moved into {store.root}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aviflow", description="Submit and follow Aviflow training jobs."
@@ -312,6 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_metrics)
 
     sub.add_parser("usage", help="GPU-seconds allocated per job").set_defaults(func=cmd_usage)
+
+    p = sub.add_parser("store", help="maintain a run store (--root, default $AVIFLOW_ROOT)")
+    store = p.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
+    store.add_parser(
+        "migrate",
+        help="move the finished jobs of the flat layout of earlier versions (<root>/<job-id>/) "
+        "under their users' directories, into the index (reads never move them)",
+    ).set_defaults(func=cmd_store_migrate)
     return parser
 
 

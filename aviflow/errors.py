@@ -82,6 +82,11 @@ class BackendUnavailable(BackendError):
     http_status = 503
 
 
+class StoreNeedsMigration(BackendError):
+    """The run store holds jobs in the layout of an earlier version, which reads do not move
+    (a read never writes): ``aviflow store migrate`` moves them in."""
+
+
 class AccessDenied(BackendError, PermissionError):
     """The caller may not do this (a token without the scope, another team's queue)."""
 
@@ -98,6 +103,7 @@ WIRE_ERRORS: dict[str, type[AviflowError]] = {
         BackendError,
         BackendUnavailable,
         AccessDenied,
+        StoreNeedsMigration,
     )
 }
 

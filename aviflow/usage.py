@@ -1,6 +1,6 @@
 """What a running job uses of what it holds: the ranks' samples, the driver's ``USAGE`` events
 and the idle flag. Pure decisions plus :func:`watch`, which a driver (the local supervisor,
-the Kubernetes controller) calls on each pass, as it calls :func:`aviflow.hang.watch`.
+the Kubernetes controller) calls on each pass, as it calls :func:`aviflow.driving.watch_hang`.
 
 Every rank samples its own use every few seconds (:mod:`aviflow.runtime._sampler`) into
 ``heartbeats/attempt-<a>-rank-<r>.usage.json`` in the job's data part: on a GPU its device's

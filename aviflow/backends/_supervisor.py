@@ -27,12 +27,11 @@ import sys
 import time
 from dataclasses import replace
 
-from aviflow import _procs, hang, usage
+from aviflow import _procs, driving, usage
 from aviflow._ports import free_port
 from aviflow.backends._admission import decide
 from aviflow.backends._forecast import forecast
 from aviflow.backends.local import QUEUE_LOCK, read_quotas, scan_queues
-from aviflow.failures import attribute
 from aviflow.lifecycle import (
     Admitted,
     AttemptEnded,
@@ -98,7 +97,7 @@ class Supervisor:
         self._pending: list[Event] = []  # events the run store has not taken yet, in order
         self._stale = False  # status.json is behind the events
         self._full_since: float | None = None
-        self._outages = hang.Outages(_say)  # hang judgment waits while the store is full
+        self._outages = driving.Outages(_say)  # hang judgment waits while the store is full
         self._full_why = ""
 
     # -- signals and requests --------------------------------------------------------------------
@@ -281,7 +280,7 @@ class Supervisor:
         """Whether the running attempt is hung (then it was told to the lifecycle)."""
         spec = self.job.spec
         running = next(e.time for e in reversed(self.lc.events) if e.type is EventType.RUNNING)
-        found = hang.watch(
+        found = driving.watch_hang(
             self.run, attempt, spec.hang_timeout_seconds, running, spec.total_gpus,
             spec.gpus_per_node, now, self._outages,
         )  # fmt: skip
@@ -309,17 +308,18 @@ class Supervisor:
         return True
 
     def _failure(self, attempt: int, codes: dict[int, int | None]) -> FailureInfo | None:
-        """Who failed first, and why (see :mod:`aviflow.failures`)."""
-        hung = self.run.hang(attempt)
-        if hung is not None:
-            return hung
-        if all(c in (None, 0) for c in codes.values()) and not self.run.failures(attempt):
+        """Who failed first, and why (see :mod:`aviflow.driving`); None if nothing failed."""
+        if driving.nothing_failed(self.run, attempt, codes):
             return None
-        records = self.run.failures(attempt)
-        node_logs = {n: self._tail(self.run.node_log(n).as_posix(), NODE_LOG_TAIL) for n in codes}
-        ranks = {r.rank for r in records if r.rank is not None}
-        tails = {r: self.run.log_tail(r, 40)[-RANK_LOG_TAIL:] for r in ranks}
-        return attribute(records, node_logs, codes, self.job.spec.gpus_per_node, tails)
+        return driving.attempt_failure(
+            self.run,
+            attempt,
+            codes,
+            self.job.spec.total_gpus,
+            self.job.spec.gpus_per_node,
+            lambda n: self._tail(self.run.node_log(n).as_posix(), NODE_LOG_TAIL),
+            lambda r: self.run.log_tail(r, 40)[-RANK_LOG_TAIL:],
+        )
 
     @staticmethod
     def _tail(path: str, size: int) -> str:

@@ -89,6 +89,11 @@ class KubernetesBackend(StoreReads, Backend):
         self._kubeconfig, self._context = kubeconfig, context
         self.api_timeout = api_timeout or ApiTimeout()
 
+    def start(self) -> None:
+        """The start-up of a service that writes the run store (aviflow-api): move in the
+        jobs of an earlier layout of the store (as the controller does when it starts)."""
+        self.store.migrate_legacy()
+
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> KubernetesBackend:
         data = dict(section or {})

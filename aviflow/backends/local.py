@@ -14,6 +14,9 @@ runtime, whose launchers rotate the logs (:mod:`aviflow.store._logs`).
 ``reconcile()`` records it (stopping what is left of it); :meth:`LocalBackend.start` runs
 ``reconcile()`` in the background, as the hub's service does.
 
+Making the backend is its start-up: it moves the jobs of an earlier layout of its store in
+(:meth:`RunStore.migrate_legacy <aviflow.store.RunStore.migrate_legacy>`) before any read.
+
 ``cancel()`` asks the job's supervisor to stop it and waits until it has (a minute at most);
 ``request_cancel()`` only asks, for a server that must not wait (aviflow-api).
 """
@@ -162,6 +165,7 @@ class LocalBackend(StoreReads, Backend):
                 raise BackendError(f"queue quotas must be GPU counts >= 0, got {bad}")
             self.store.root.mkdir(parents=True, exist_ok=True)
             atomic_write(self.store.file(QUOTAS_FILE), json.dumps(dict(quotas), sort_keys=True))
+        self.store.migrate_legacy()  # this backend writes its store: its start-up migrates it
         self._stop = threading.Event()
         self._reconciler: threading.Thread | None = None
 

@@ -1,6 +1,7 @@
 """``python -m aviflow.operator --settings cluster.yaml``: run the TrainJob controller until
 SIGTERM/SIGINT. It needs the Kubernetes API (kubeconfig or in-cluster) and the run store
-mounted where the settings' ``runs.localPath`` says.
+mounted where the settings' ``runs.localPath`` says, whose jobs of an earlier layout it moves in
+when it starts (:meth:`RunStore.migrate_legacy <aviflow.store.RunStore.migrate_legacy>`).
 
 Several may run at once (the chart runs two): they elect a leader on the Lease
 ``aviflow-controller`` in the settings' namespace, and only the leader reconciles. A leader
@@ -102,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         connections = ns.workers + 4 * len(settings.job_namespaces()) + 2
         api = api_client(ns.kubeconfig, connections=connections)
         store = RunStore(settings.runs.local_path)
-    except (AviflowError, ValueError) as exc:
+        moved = store.migrate_legacy()  # the explicit step: no read of the store migrates
+    except (AviflowError, ValueError, OSError) as exc:
         print(f"aviflow.operator: {exc}", file=sys.stderr)
         return 2
+    if moved:
+        log.info("moved %d jobs of an earlier layout into %s", len(moved), store.root)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     leader = (
         Leadership(api, settings.namespace, identity, timing, ns.lease) if ns.leader_elect else None

@@ -34,9 +34,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from aviflow import hang, usage
+from aviflow import driving, usage
 from aviflow.attempts import admission_drift, held_seconds
-from aviflow.failures import attribute
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import owner_job
@@ -125,7 +124,7 @@ class Controller:
         }
         self._informers = [i for cell in self.cells.values() for i in cell.informers]
         self._deleted: dict[str, Obj] = {}
-        self._outages = hang.Outages(log.warning)  # no hang judgment on a full store
+        self._outages = driving.Outages(log.warning)  # no hang judgment on a full store
         self.reads = ClusterReads(api, self.custom, self.cells)
         self.binder = Binder(store, self._refuse, self.settings, self.reads.team_of)
         self.submissions = Submissions(
@@ -328,7 +327,7 @@ class Controller:
         if lc.state is JobState.RUNNING:
             running = next(e.time for e in reversed(lc.events) if e.type is EventType.RUNNING)
             spec = job.spec
-            hung = hang.watch(
+            hung = driving.watch_hang(
                 run, lc.attempt, spec.hang_timeout_seconds, running, spec.total_gpus,
                 spec.gpus_per_node, now, self._outages,
             )  # fmt: skip
@@ -403,17 +402,15 @@ class Controller:
         return Snapshot(job.spec.nodes, jobs, pods, workloads, beats)
 
     def _failure(self, cell: Cell, run: RunDir, job: TrainJob, obs: AttemptEnded) -> FailureInfo:
-        hung = run.hang(obs.attempt)
-        if hung is not None:
-            return hung
-        world, per_node = job.spec.total_gpus, job.spec.gpus_per_node
-        records = [r for r in run.failures(obs.attempt) if r.rank is None or 0 <= r.rank < world]
-        node_logs = {n: self._pod_log(cell, run.id, obs.attempt, n) for n in obs.codes}
         # a rank's tail is its pod's log through the API server, never a file the job wrote
         # (which it could have made a symlink to a secret of ours)
-        ranks = {r.rank for r in records if r.rank is not None}
-        tails = {r: node_logs.get(r // per_node, "") for r in ranks}
-        return attribute(records, node_logs, obs.codes, per_node, tails)
+        logs: dict[int, str] = {}
+        per_node = job.spec.gpus_per_node
+        return driving.attempt_failure(
+            run, obs.attempt, obs.codes, job.spec.total_gpus, per_node,
+            lambda n: logs.setdefault(n, self._pod_log(cell, run.id, obs.attempt, n)),
+            lambda rank: logs.get(rank // per_node, ""),
+        )  # fmt: skip
 
     def _pod_log(self, cell: Cell, job_id: str, attempt: int, index: int) -> str:
         for pod in cell.pods.by(job_id):

@@ -57,7 +57,8 @@ The modules: :mod:`._files` (opening, reading and writing without following syml
 :mod:`._data` (what a job writes: checkpoint markers, metric rows, failure records),
 :mod:`._logs` (rank logs: read by offset or tail, rotated under a cap), :mod:`._rundir`
 (one job's directory), :mod:`._runstore` (the index, locating, creating and staging),
-:mod:`._events` (jobs' event logs read once, then only as they grow).
+:mod:`._events` (jobs' event logs read once, then only as they grow), :mod:`._migrate`
+(moving a store of the earlier flat layout in: an explicit step, never a read's).
 """
 
 from aviflow.store._data import (

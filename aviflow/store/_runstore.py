@@ -8,6 +8,10 @@ has yet to take it up (a TrainJob to create) is marked in ``.pending/`` until th
 marks alone (:meth:`~RunStore.pending`), not every job. A staging directory is marked in
 ``.staging/`` while it exists; one left by a writer killed mid-create is removed by a later
 create once its mark is an hour old (:meth:`~RunStore.sweep_staging`).
+
+Reads (:meth:`~RunStore.locate`, :meth:`~RunStore.ids`) and :meth:`~RunStore.create` never
+move anything: a store of the flat layout of earlier versions is moved in by
+:meth:`~RunStore.migrate_legacy`, an explicit step (:mod:`._migrate`).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from aviflow.names import is_dns1123_label, slugify
 from aviflow.paging import read_pages
 from aviflow.records import CheckpointRef, JobMeta, TrainerImage
 from aviflow.store._data import CHECKPOINT_MARKER
-from aviflow.store._files import append_line, atomic_write, is_file, read_lines
+from aviflow.store._files import append_line, is_file, read_lines
 from aviflow.store._logs import tail_bytes
+from aviflow.store._migrate import flat_job, migrate, needs_migration
 from aviflow.store._rundir import CODE_DIR, DATA_DIR, DATA_DIRS, RUNTIME_SPEC, RunDir
 
 if TYPE_CHECKING:
@@ -55,7 +60,6 @@ class RunStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_root()
         self._found: dict[str, Path] = {}
-        self._migrated = False
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.root)!r})"
@@ -88,7 +92,6 @@ class RunStore:
     def locate(self, job_id: str) -> Path | None:
         """The directory of ``job_id`` if it is complete (has its spec), else None."""
         self.check_id(job_id)
-        self.migrate_legacy()
         cached = self._found.get(job_id)
         if cached is not None and is_file(cached / "job.yaml", cached):
             return cached
@@ -110,6 +113,8 @@ class RunStore:
     def get(self, job_id: str) -> RunDir:
         path = self.locate(job_id)
         if path is None:
+            if flat_job(self.root / job_id) is not None:  # not moved in yet: say how
+                raise needs_migration(self.root, [job_id])
             raise JobNotFound(
                 f"no job {job_id!r} in {self.root}; `aviflow ls` lists the jobs there"
             )
@@ -121,8 +126,9 @@ class RunStore:
 
     def ids(self, newest: int | None = None) -> list[str]:
         """Job ids, oldest submission first; with ``newest``, only the newest N of them (read
-        from the end of the index: the cost does not grow with the number of jobs)."""
-        self.migrate_legacy()
+        from the end of the index: the cost does not grow with the number of jobs). A store
+        with no index that holds finished jobs of the flat layout of earlier versions is a
+        :class:`~aviflow.errors.StoreNeedsMigration` (:meth:`migrate_legacy`)."""
         if newest is not None and newest <= 0:
             return []
         if not self.index_log.exists():
@@ -162,44 +168,11 @@ class RunStore:
 
     def migrate_legacy(self) -> list[str]:
         """Move finished jobs of the flat layout of earlier versions (``<root>/<job-id>/``)
-        under their user's directory, into the index; once per store object. A legacy job that
-        has not finished is left where it is (its supervisor uses its path)."""
-        if self._migrated:
-            return []
-        self._migrated = True
-        moved = []
-        try:
-            entries = [e for e in os.scandir(self.root) if _is_home(e)]
-        except OSError:
-            return []
-        legacy = []
-        for entry in entries:
-            old = RunDir(Path(entry.path))
-            if not is_file(old.spec_path, old.path) or not old.status().state.is_finished():
-                continue
-            data = old.read_json(old.meta_path, {})
-            if isinstance(data, dict):
-                legacy.append((float(data.get("submitted") or 0.0), old, data))
-        for _, old, data in sorted(legacy, key=lambda t: (t[0], t[1].id)):
-            user = str(data.get("user") or "unknown")
-            home = self.user_dir(user)
-            home.mkdir(exist_ok=True)
-            self.index_dir.mkdir(exist_ok=True)
-            try:
-                os.symlink(f"../{home.name}/{old.id}", self.index_dir / old.id)
-            except FileExistsError:
-                continue
-            meta = {
-                **data,
-                "id": old.id,
-                "codeHash": data.get("codeHash", data.get("code_hash", "")),
-            }
-            atomic_write(old.meta_path, json.dumps(meta, indent=2))
-            os.rename(old.path, home / old.id)
-            append_line(
-                self.index_log, {"id": old.id, "user": home.name, "time": meta.get("submitted", 0)}
-            )
-            moved.append(old.id)
+        under their user's directory, into the index; the ids moved. An explicit step
+        (``aviflow store migrate``, the start-up of a process that writes the store), never a
+        read's. A legacy job that has not finished is left where it is (its supervisor uses
+        its path)."""
+        moved = migrate(self)
         if moved:
             self._found.clear()
         return moved
@@ -207,11 +180,16 @@ class RunStore:
     def _scan_ids(self, newest: int | None) -> list[str]:
         """Without an index (one user's directory mounted alone): every job, by submit time."""
         found: list[tuple[float, str]] = []
+        flat: list[str] = []
         try:
             users = [Path(e.path) for e in os.scandir(self.root) if _is_home(e)]
         except OSError:
             return []
         for home in users:
+            if is_file(home / "job.yaml", home):  # a job of the flat layout, not a user's
+                if flat_job(home) is not None:
+                    flat.append(home.name)
+                continue
             for entry in os.scandir(home):
                 job_dir = Path(entry.path)
                 if is_dns1123_label(entry.name) and is_file(job_dir / "job.yaml", job_dir):
@@ -219,6 +197,8 @@ class RunStore:
                         found.append((RunDir(Path(entry.path)).meta().submitted, entry.name))
                     except JobNotFound:
                         continue
+        if flat:
+            raise needs_migration(self.root, flat)
         ids = [job_id for _, job_id in sorted(found)]
         return ids if newest is None else ids[-newest:]
 
@@ -262,7 +242,6 @@ class RunStore:
         ``files`` maps paths relative to the job directory to their content. The directory
         only appears under the root when complete; a failure leaves nothing behind.
         """
-        self.migrate_legacy()
         home = self.user_dir(user)
         home.mkdir(parents=True, exist_ok=True)
         self.index_dir.mkdir(exist_ok=True)

@@ -31,8 +31,10 @@ def test_silent_ranks(now, beats, last_step, expected) -> None:
 
 
 def test_the_hang_failure_names_the_first_silent_rank_with_every_stack() -> None:
-    f = hang_failure(2, [1, 3], "no step", {1: "File a.py, line 3\n", 2: "x"}, gpus_per_node=2)
+    stacks = {1: "File a.py, line 3\n", 2: "x"}
+    f = hang_failure(2, [1, 3], "no step", stacks, gpus_per_node=2, now=120.0)
     assert (f.rank, f.node, f.attempt, f.exception, f.message) == (1, 0, 2, "Hang", "no step")
+    assert f.time == 120.0
     assert f.traceback == "--- rank 1 ---\nFile a.py, line 3\n(no stacks from rank(s) [3])"
 
 

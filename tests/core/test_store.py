@@ -371,6 +371,7 @@ def test_finished_jobs_of_the_flat_layout_of_earlier_versions_are_moved_in(tmp_p
     legacy("old-1", "ada", 10.0, "SUCCEEDED")
     running = legacy("old-3", "ada", 30.0, "RUNNING")
     store = RunStore(tmp_path)
+    assert store.migrate_legacy() == ["old-1", "old-2"]  # the explicit step
     new = make(store)
     assert store.ids() == ["old-1", "old-2", new.id]
     moved = store.get("old-2")

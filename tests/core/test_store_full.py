@@ -246,11 +246,11 @@ def test_out_of_space_reads_wrapped_errors_and_the_disk(small_disk: Path, tmp_pa
 
 # -- hang judgment on a full store ---------------------------------------------------------------
 def test_hang_judgment_waits_while_the_store_is_full_and_a_timeout_after(small_disk: Path) -> None:
-    """The driver's side (the local supervisor's and the controller's ``hang.watch``), on a
+    """The driver's side (the local supervisor's and the controller's ``watch_hang``), on a
     really full disk: a rank silent since long before is not judged while the store is
     full, nor within a hang timeout after it takes bytes again (its rows and beats wait in
     memory until then); only a silence past that is a hang. Each change is said once."""
-    from aviflow import hang
+    from aviflow import driving, hang
 
     run = RunDir(small_disk / "runs" / "alice" / "job-1")
     run.heartbeats_dir.mkdir(parents=True)
@@ -258,10 +258,10 @@ def test_hang_judgment_waits_while_the_store_is_full_and_a_timeout_after(small_d
     run.metrics_path.write_text('{"step": 1}\n')
     os.utime(run.metrics_path, (1000.0, 1000.0))
     said: list[str] = []
-    outages = hang.Outages(said.append)
+    outages = driving.Outages(said.append)
 
     def judge(now: float) -> object:
-        return hang.watch(run, 1, 10.0, 900.0, 1, 1, now, outages)
+        return driving.watch_hang(run, 1, 10.0, 900.0, 1, 1, now, outages)
 
     filler = small_disk / "filler"
     _fill(filler)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_ledger import T0, StoreOnly, emit, make_job
+from ledger_kit import T0, StoreOnly, emit, make_job
 
 from aviflow.attempts import AttemptRecord
 from aviflow.records import EventType
