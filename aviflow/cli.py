@@ -16,13 +16,17 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from aviflow import api
+from aviflow._flags import add_spec_flags, apply, given
 from aviflow.backends import Backend, get_backend
 from aviflow.backends.local import LocalBackend
 from aviflow.errors import AviflowError, BackendError, JobNotFound, RequestError, SpecError
 from aviflow.estimate import describe
 from aviflow.job import Job
 from aviflow.records import JobState, JobStatus
+from aviflow.spec import TrainJob
 
+# The spec flags of `aviflow submit` (aviflow/spec_flags.json): they override the file's.
+SUBMIT_FLAGS = ("--secret", "--runtime")
 EXIT_FOR_STATE = {JobState.SUCCEEDED: 0, JobState.FAILED: 1, JobState.CANCELLED: 3}
 EXIT_FOR_ERROR: dict[type[Exception], int] = {
     SpecError: 2,
@@ -98,10 +102,9 @@ def _progress_printer() -> Callable[[Job, JobStatus], None]:
 
 def cmd_submit(ns: argparse.Namespace) -> int:
     spec, spec_dir = api.load_spec(ns.file)
-    if ns.secret:
-        spec = spec.with_changes(secrets=list(dict.fromkeys([*spec.spec.secrets, *ns.secret])))
-    if ns.runtime:
-        spec = spec.with_changes(runtime=ns.runtime)
+    values = given(ns, SUBMIT_FLAGS)
+    if values:
+        spec = TrainJob.from_dict(apply(spec.to_dict(), values))
     if ns.dry_run:
         rendered = _backend(ns).render(spec)
         if rendered is None:
@@ -277,19 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--wait", action="store_true", help="follow the job until it finishes")
     p.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds")
-    p.add_argument(
-        "--secret",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a Secret of the team's namespace whose keys become the ranks' environment "
-        "(spec.secrets; Kubernetes), repeatable",
-    )
-    p.add_argument(
-        "--runtime",
-        metavar="NAME",
-        help="the cluster's training runtime for the pods (spec.runtime; Kubernetes)",
-    )
+    add_spec_flags(p, SUBMIT_FLAGS, with_key=True)
     p.add_argument(
         "--dry-run",
         action="store_true",

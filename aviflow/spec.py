@@ -150,14 +150,20 @@ class AccelerateSpec(StrictModel):
         ),
     )
 
-    mixed_precision: MixedPrecision = Field("no", alias="mixedPrecision")
+    mixed_precision: MixedPrecision = Field(
+        "no",
+        alias="mixedPrecision",
+        description="Mixed precision of the ranks (`accelerate launch --mixed_precision`).",
+    )
     strategy: Strategy | None = Field(
         None,
         description="How the model is spread over the ranks: ddp (a replica on every rank, "
         "the default) or fsdp (parameters, gradients and optimizer state sharded); rendered to "
         "the `accelerate launch` arguments.",
     )
-    fsdp: FsdpSpec | None = Field(None, description="The fsdp strategy's choices.")
+    fsdp: FsdpSpec | None = Field(
+        None, description="Options of the fsdp strategy (they need strategy: fsdp)."
+    )
     config_file: str | None = Field(
         None,
         alias="configFile",
@@ -323,7 +329,7 @@ class TrainJobSpec(StrictModel):
     time_limit: str | None = Field(
         None,
         alias="timeLimit",
-        description="The most time the job may hold its GPUs, over all attempts, e.g. '4h'.",
+        description="The most time the job may hold its GPUs, over all attempts (90m, 4h, 2d).",
         json_schema_extra=_schema(pattern=_DURATION.pattern),
     )
     hang_timeout: str = Field(

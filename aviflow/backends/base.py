@@ -66,6 +66,9 @@ class Backend(ABC):
     """Base class of job backends; see the module docstring for the contract."""
 
     name: ClassVar[str]
+    # queues() reports GPUs a queue borrows from its cohort (Kueue's view), which no ledger of
+    # the jobs can tell: aviflow-api then reads them in the background (default: no cohorts)
+    reports_borrowing: ClassVar[bool] = False
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> Backend:

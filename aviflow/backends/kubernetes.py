@@ -72,6 +72,7 @@ class KubernetesBackend(StoreReads, Backend):
     """TrainJobs on Kubernetes + Kueue; see the module docstring."""
 
     name = "kubernetes"
+    reports_borrowing = True
 
     def __init__(
         self,

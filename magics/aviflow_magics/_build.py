@@ -11,14 +11,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from aviflow.spec import API_VERSION, KIND, AccelerateSpec, FsdpSpec, TrainJob, TrainJobSpec
-from aviflow_magics._options import (
-    ACCELERATE_FIELDS,
-    FSDP_FIELDS,
-    SPEC_FIELDS,
-    OptionError,
-    TrainOptions,
-)
+from aviflow._flags import apply
+from aviflow.spec import API_VERSION, KIND, TrainJob
+from aviflow_magics._options import OptionError, TrainOptions
 
 DEFAULT_NAME = "notebook"
 # Keys of ``spec`` the cell replaces: the cell body *is* the script.
@@ -58,45 +53,12 @@ def build_job(
         data.update({k: v for k, v in base.items() if k not in ("metadata", "spec")})
         data["metadata"] = dict(base.get("metadata") or {})
         data["spec"] = dict(base.get("spec") or {})
-    spec = data["spec"]
     for key in _ENTRYPOINT_KEYS:
-        spec.pop(key, None)
-    spec["script"] = source
-    if options.name is not None:
-        data["metadata"]["name"] = options.name
+        data["spec"].pop(key, None)
+    data["spec"]["script"] = source
+    data = apply(data, options.spec_values)
     data["metadata"].setdefault("name", default_name)
-    for name in SPEC_FIELDS:
-        value = getattr(options, name)
-        if value is not None:
-            spec[spec_key(TrainJobSpec, name)] = value
-    if options.env:
-        spec["env"] = {**(spec.get("env") or {}), **options.env}
-    if options.secrets:
-        spec["secrets"] = list(dict.fromkeys([*(spec.get("secrets") or []), *options.secrets]))
-    accel_flags = {
-        spec_key(AccelerateSpec, field): getattr(options, option)
-        for option, field in ACCELERATE_FIELDS.items()
-        if getattr(options, option) is not None
-    }
-    fsdp_flags = {
-        spec_key(FsdpSpec, field): getattr(options, option)
-        for option, field in FSDP_FIELDS.items()
-        if getattr(options, option) is not None
-    }
-    if accel_flags or fsdp_flags:
-        key = spec_key(TrainJobSpec, "accelerate")
-        accelerate = {**(spec.get(key) or {}), **accel_flags}
-        if fsdp_flags:
-            fsdp_key = spec_key(AccelerateSpec, "fsdp")
-            accelerate[fsdp_key] = {**(accelerate.get(fsdp_key) or {}), **fsdp_flags}
-        spec[key] = accelerate
     return TrainJob.from_dict(data)
-
-
-def spec_key(model: Any, field: str) -> str:
-    """The YAML key of ``model``'s field ``field`` (its alias)."""
-    info = model.model_fields[field]
-    return str(info.alias or field)
 
 
 def gpu_hours_requested(job: TrainJob) -> float | None:

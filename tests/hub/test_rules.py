@@ -398,12 +398,13 @@ def test_the_admin_sizes_aviflow_apis_lanes() -> None:
     lanes = ServiceContext(cfg, None, None, None).lanes  # type: ignore[arg-type]
     try:
         sized = [(x.name, x.workers, x.per_caller, x.wait) for x in
-                 (lanes.ledger, lanes.reads, lanes.writes, lanes.ingest)]  # fmt: skip
+                 (lanes.ledger, lanes.reads, lanes.writes, lanes.ingest, lanes.queues)]  # fmt: skip
         assert sized == [
             ("ledger", 8, 4, 5.0),  # the default
             ("reads", 16, 8, 5.0),
             ("writes", 2, 1, 5.0),
             ("ingest", 1, 1, 5.0),
+            ("queues", 1, 1, 5.0),
         ]
     finally:
         lanes.close()

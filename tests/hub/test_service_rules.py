@@ -246,6 +246,26 @@ def test_queues_from_the_ledgers_unfinished_jobs() -> None:
     ]
 
 
+def test_a_queue_borrows_what_the_backend_reported_at_most_what_it_holds() -> None:
+    """The ledger cannot know what a queue borrows from its cohort: the backend's last report
+    (Kueue's ClusterQueue status) says, bounded by the GPUs the ledger sees held."""
+    jobs = [
+        summary("r1", "alice", "a", JobState.RUNNING, 1, gpus=6),
+        summary("b1", "bob", "b", JobState.RUNNING, 2, gpus=1),
+    ]
+    root = Principal("root", admin=True)
+    reported = {
+        "qa": QueueQuota("qa", gpu_quota=4, gpus_in_use=6, borrowed=2),
+        "qb": QueueQuota("qb", gpu_quota=8, gpus_in_use=3, borrowed=3),  # the ledger lags
+    }
+    got = queue_quotas(root, CFG, jobs, reported)
+    assert [(q.queue, q.gpu_quota, q.gpus_in_use, q.borrowed) for q in got] == [
+        ("qa", 8, 6, 2),
+        ("qb", 2, 1, 1),
+    ]
+    assert [q.borrowed for q in queue_quotas(root, CFG, jobs, {})] == [0, 0]
+
+
 def test_the_job_list_escapes_everything() -> None:
     hostile = JobSummary(
         "j-1", "<script>alert(1)</script>", "a&b", None, '"q"', 1, 1, JobState.QUEUED

@@ -240,9 +240,10 @@ def test_cli_dry_run_shows_the_runtime_and_refuses_an_unknown_one(
     spec = tmp_path / "job.yaml"
     spec.write_text(job().to_yaml())
     argv = ["--backend", "kubernetes", "submit", str(spec), "--dry-run"]
-    assert main([*argv, "--runtime", "infiniband"]) == 0
+    assert main([*argv, "--runtime", "infiniband", "--secret", "hf-token", "--secret", "a"]) == 0
     [tj, *_, attempt] = list(yaml.safe_load_all(capsys.readouterr().out))
     assert tj["spec"]["runtime"] == "infiniband"
+    assert tj["spec"]["secrets"] == ["hf-token", "a"]
     assert (
         attempt["spec"]["template"]["metadata"]["annotations"]["aviflow.dev/runtime"]
         == "infiniband"

@@ -382,6 +382,13 @@ def test_preempted_borrower_resumes_from_its_checkpoint(make_pool: Any) -> None:
     wait_for(
         lambda: any(c.step >= 5 for c in borrower.checkpoints()), 240, "the borrower's checkpoint"
     )
+    # Kueue's view of the queue, as aviflow-api reads it in the background: 4 GPUs borrowed
+    from aviflow_hub.service.queue_reports import QueueReports
+
+    reports = QueueReports(pool.backend)
+    reports.refresh()
+    held = reports.latest()["borrower"]
+    assert (held.gpu_quota, held.gpus_in_use, held.borrowed, reports.failures) == (4, 8, 4, 0)
     lender = api.submit(tiny("reclaim", "lender", nodes=1, gpus=2), pool.backend)
     assert lender.wait(timeout=240) is JobState.SUCCEEDED
     assert borrower.wait(timeout=300) is JobState.SUCCEEDED, borrower.logs(0)

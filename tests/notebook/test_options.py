@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
+from aviflow._flags import spec_flags
 from aviflow_magics._build import build_job, check_syntax, gpu_hours_requested
-from aviflow_magics._options import OptionError, TrainOptions, help_text, parse_train_options
+from aviflow_magics._options import (
+    OWN_FLAGS,
+    OptionError,
+    TrainOptions,
+    build_parser,
+    help_text,
+    parse_train_options,
+)
 
 BODY = "print('hello')\n"
 
@@ -22,24 +30,37 @@ def _store_is_empty(root: Path) -> bool:
 
 
 def test_every_option_parses() -> None:
-    opts = parse_train_options(
+    line = (
         "--nodes 2 --gpus-per-node 8 --queue research --name 'bert base' --image reg.example.com/t:1 "
-        "--time-limit 2h --env LR=3e-4 --env 'NOTE=two words' --max-restarts 3 --resume auto "
-        "--mixed-precision bf16 --accelerate-config fsdp.yaml --spec train.yaml --vars data,cfg "
+        "--runtime infiniband --time-limit 2h --hang-timeout 10m --env LR=3e-4 "
+        "--env 'NOTE=two words' --secret hf-token --secret wandb --secret hf-token "
+        "--max-restarts 3 --resume auto --mixed-precision bf16 --strategy fsdp "
+        "--fsdp-sharding grad-op --fsdp-offload --activation-checkpointing "
+        "--accelerate-config fsdp.yaml --spec train.yaml --vars data,cfg "
         "--out job --dry-run --wait --backend local"
     )
+    opts = parse_train_options(line)
     assert opts == TrainOptions(
-        nodes=2,
-        gpus_per_node=8,
-        queue="research",
-        name="bert base",
-        image="reg.example.com/t:1",
-        time_limit="2h",
-        env={"LR": "3e-4", "NOTE": "two words"},
-        max_restarts=3,
+        spec_values={
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "queue": "research",
+            "name": "bert base",
+            "image": "reg.example.com/t:1",
+            "runtime": "infiniband",
+            "time_limit": "2h",
+            "hang_timeout": "10m",
+            "env": {"LR": "3e-4", "NOTE": "two words"},
+            "secrets": ("hf-token", "wandb"),
+            "max_restarts": 3,
+            "mixed_precision": "bf16",
+            "strategy": "fsdp",
+            "fsdp_sharding": "grad-op",
+            "fsdp_offload": True,
+            "activation_checkpointing": True,
+            "accelerate_config": "fsdp.yaml",
+        },
         resume="auto",
-        mixed_precision="bf16",
-        accelerate_config="fsdp.yaml",
         spec="train.yaml",
         vars=("data", "cfg"),
         out="job",
@@ -47,41 +68,39 @@ def test_every_option_parses() -> None:
         wait=True,
         backend="local",
     )
+    assert (opts.nodes, opts.env["LR"], opts.secrets) == (2, "3e-4", ("hf-token", "wandb"))
+    # the line above gives every option the magic has
+    given = {word.split("=")[0] for word in line.split() if word.startswith("--")}
+    assert given == set(build_parser()._option_string_actions)
 
 
 def test_defaults() -> None:
     assert parse_train_options("") == TrainOptions()
+    assert (TrainOptions().nodes, TrainOptions().env, TrainOptions().secrets) == (None, {}, ())
     assert parse_train_options("--resume tiny-3f9a1c2b").resume == "tiny-3f9a1c2b"
     assert parse_train_options("--nodes=3").nodes == 3
+    with pytest.raises(AttributeError):
+        _ = TrainOptions().no_such_option
 
 
 def test_help_documents_every_option_with_an_example() -> None:
+    """Every option's help shows an example of it (or the examples do); a spec flag's help
+    is its field's description (aviflow/spec_flags.json, from the spec model) and ends with
+    its example."""
+    examples = help_text().split("Examples:")[1]
+    actions = [a for a in build_parser()._actions if a.option_strings]
+    assert len(actions) == len(spec_flags()) + len(OWN_FLAGS)
+    for action in actions:
+        flag = action.option_strings[0]
+        assert f"e.g. {flag}" in str(action.help) or flag in examples, flag
+    for row in spec_flags():
+        help_ = str(build_parser()._option_string_actions[row["flag"]].help)
+        assert help_.endswith(f"e.g. {row['flag']} {row['example'] or ''}".rstrip())
     text = help_text()
-    for flag in (
-        "--nodes",
-        "--gpus-per-node",
-        "--queue",
-        "--name",
-        "--image",
-        "--time-limit",
-        "--env",
-        "--max-restarts",
-        "--resume",
-        "--mixed-precision",
-        "--strategy",
-        "--fsdp-sharding",
-        "--fsdp-offload",
-        "--activation-checkpointing",
-        "--accelerate-config",
-        "--spec",
-        "--vars",
-        "--out",
-        "--dry-run",
-        "--wait",
-        "--backend",
-    ):
-        examples = text.split("Examples:")[1]
-        assert f"e.g. {flag}" in text or flag in examples, flag
+    for row in spec_flags():
+        assert row["flag"] in text
+        words = " ".join(row["description"].split())
+        assert words in " ".join(text.split()), row["flag"]
 
 
 def test_magic_docstring_is_the_help(shell) -> None:
@@ -309,46 +328,44 @@ def test_a_refusal_is_one_line_in_the_notebook(
 
 
 def test_the_magic_options_are_derived_from_the_spec_model() -> None:
-    """Choices and keys come from the spec: a new mixed-precision mode or a renamed key shows
-    up in the magic without an edit there."""
+    """Every option but the magic's own sets a spec field, with the field's choices and
+    minimum: a new mixed-precision mode or a renamed key shows up in the magic without an
+    edit there (tests/core/test_spec_flags.py checks the table against the model)."""
     import typing
 
-    from aviflow.spec import AccelerateSpec, FsdpSpec, TrainJobSpec
-    from aviflow_magics._build import spec_key
-    from aviflow_magics._options import ACCELERATE_FIELDS, FSDP_FIELDS, SPEC_FIELDS, build_parser
+    from aviflow.spec import TrainJob
 
-    choices = next(a.choices for a in build_parser()._actions if a.dest == "mixed_precision")
-    assert tuple(choices) == typing.get_args(
-        AccelerateSpec.model_fields["mixed_precision"].annotation
+    parser = build_parser()
+    rows = {r["flag"]: r for r in spec_flags()}
+    assert set(parser._option_string_actions) == set(rows) | set(OWN_FLAGS)
+    assert "--hang-timeout" in rows and "--secret" in rows
+    for flag, row in rows.items():
+        action = parser._option_string_actions[flag]
+        assert action.dest == row["dest"]
+        assert action.choices == (tuple(row["choices"]) if "choices" in row else None)
+        if "minimum" in row:
+            below = f"{flag} {row['minimum'] - 1}"
+            with pytest.raises(OptionError, match=f"must be at least {row['minimum']}"):
+                parse_train_options(below)
+        # the option reaches the spec at the field's key
+        value = True if row["kind"] == "bool" else row["example"]
+        line = f"{flag} {row['example']}" if row["kind"] != "bool" else flag
+        if row["key"][:3] == ["spec", "accelerate", "fsdp"]:
+            line += " --strategy fsdp"
+        data = build_job(parse_train_options(line), BODY).to_dict()
+        for key in row["key"]:
+            data = data[key]
+        if row["kind"] == "int":
+            value = int(value)
+        elif row["kind"] == "map":
+            value = dict([value.split("=", 1)])
+        elif row["kind"] == "list":
+            value = [value]
+        assert data == value, flag
+    mixed = TrainJob.model_fields["spec"].annotation.model_fields["accelerate"].annotation
+    assert parser._option_string_actions["--mixed-precision"].choices == typing.get_args(
+        mixed.model_fields["mixed_precision"].annotation
     )
-    for name in SPEC_FIELDS:
-        assert name in TrainJobSpec.model_fields
-        assert f"--{name.replace('_', '-')}" in build_parser()._option_string_actions
-    assert [spec_key(TrainJobSpec, n) for n in SPEC_FIELDS] == [
-        "nodes",
-        "gpusPerNode",
-        "queue",
-        "image",
-        "timeLimit",
-        "hangTimeout",
-        "maxRestarts",
-        "runtime",
-    ]
-    assert {spec_key(AccelerateSpec, f) for f in ACCELERATE_FIELDS.values()} == {
-        "mixedPrecision",
-        "strategy",
-        "configFile",
-    }
-    strategies = next(a.choices for a in build_parser()._actions if a.dest == "strategy")
-    strategy = AccelerateSpec.model_fields["strategy"].annotation
-    assert tuple(strategies) == typing.get_args(typing.get_args(strategy)[0])
-    sharding = next(a.choices for a in build_parser()._actions if a.dest == "fsdp_sharding")
-    assert tuple(sharding) == typing.get_args(FsdpSpec.model_fields["sharding"].annotation)
-    assert [spec_key(FsdpSpec, f) for f in FSDP_FIELDS.values()] == [
-        "sharding",
-        "offload",
-        "activationCheckpointing",
-    ]
 
 
 def test_a_strategy_preset_from_the_option_line_reaches_the_spec() -> None:

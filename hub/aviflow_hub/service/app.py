@@ -6,7 +6,8 @@ and the service URL in the environment.
 
 The service builds its backend from the config (``api.backend`` and its section), starts it,
 and follows its change feed into the ledger every ``api.ingestEvery`` seconds
-(:class:`~aviflow_hub.service.ingest.Ingest`); request handlers only read. Blocking calls
+(:class:`~aviflow_hub.service.ingest.Ingest`), and, where the backend reports what queues
+borrow, its queues every few seconds (:mod:`.queue_reports`); request handlers only read. Blocking calls
 run in lanes, bounded thread pools by kind (:mod:`.lanes`: the ledger, the backend's reads,
 submissions and cancels, the change feed), so a backend that stalls never holds the ledger's
 listings; a lane with no free worker answers 503 with Retry-After. Handlers, one
@@ -44,6 +45,7 @@ from aviflow_hub.service.pages import (
     ReportPage,
 )
 from aviflow_hub.service.parts import PARTS, JobPartHandler, LogHandler
+from aviflow_hub.service.queue_reports import REFRESH_EVERY
 from aviflow_hub.service.queues import ImagesHandler, MetricsHandler, QueuesHandler, UsageHandler
 
 log = logging.getLogger("aviflow_hub.service")
@@ -118,6 +120,21 @@ async def serve(config_path: str) -> None:
     await ingest()  # catch up on everything that happened while the service was down
     poller = PeriodicCallback(ingest, cfg.api.ingest_every * 1000)
     poller.start()
+    reading_queues = asyncio.Lock()
+
+    async def read_queues() -> None:
+        if reading_queues.locked():
+            return  # the last refresh still waits on the backend
+        async with reading_queues:
+            try:
+                await ctx.lanes.queues.run(ctx.queue_reports.refresh)
+            except Exception:
+                log.exception("reading the backend's queues failed")
+
+    queue_poller = PeriodicCallback(read_queues, REFRESH_EVERY * 1000)
+    if backend.reports_borrowing:
+        await read_queues()
+        queue_poller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -130,6 +147,7 @@ async def serve(config_path: str) -> None:
     log.info("aviflow-api listening on %s%s", url.geturl(), hub_auth.base_url)
     await stop.wait()
     poller.stop()
+    queue_poller.stop()
     server.stop()
     backend.stop()
     feed.close()

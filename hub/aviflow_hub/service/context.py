@@ -21,6 +21,7 @@ from aviflow.backends import Backend, backend_class
 from aviflow_hub.config import HubConfig
 from aviflow_hub.ledger.store import Ledger
 from aviflow_hub.service.lanes import Lanes
+from aviflow_hub.service.queue_reports import QueueReports
 
 USER_CACHE_SECONDS = 5.0
 
@@ -46,6 +47,7 @@ class ServiceContext:
         self.hub_auth = hub_auth
         lanes = cfg.api.lanes
         self.lanes = Lanes(lanes.ledger, lanes.reads, lanes.writes, lanes.wait)
+        self.queue_reports = QueueReports(backend)
         self._users: dict[str, tuple[float, dict[str, Any]]] = {}
 
     async def hub_user(self, name: str) -> dict[str, Any]:

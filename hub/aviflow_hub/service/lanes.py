@@ -16,6 +16,8 @@ requests that need it:
 ``ingest``
     One thread for the change feed into the ledger (:mod:`.ingest`), so a feed that stalls
     holds nothing else.
+``queues``
+    One thread for the backend's view of the queues (:mod:`.queue_reports`), likewise.
 
 A lane runs at most ``workers`` calls at once and never queues more: a call that finds every
 worker busy waits up to :data:`WAIT` seconds for one, then is refused with :class:`Busy`, a
@@ -168,7 +170,8 @@ class Lanes:
         self.reads = Lane("reads", reads, "reading jobs from the backend", wait)
         self.writes = Lane("writes", writes, "submitting or cancelling jobs", wait)
         self.ingest = Lane("ingest", 1, "following the change feed", wait)
+        self.queues = Lane("queues", 1, "reading the backend's queues", wait)
 
     def close(self) -> None:
-        for lane in (self.ledger, self.reads, self.writes, self.ingest):
+        for lane in (self.ledger, self.reads, self.writes, self.ingest, self.queues):
             lane.close()

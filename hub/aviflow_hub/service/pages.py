@@ -55,7 +55,8 @@ class HomePage(PageHandler):
         p, cfg, ledger, now = self.principal, self.ctx.cfg, self.ctx.ledger, time.time()
         seen = self.visibility()
         jobs = await self.ctx.lanes.ledger.run(lambda: ledger.summaries(HOME_LIMIT, seen, now=now))
-        quotas = await self.ctx.lanes.ledger.run(read_quotas, ledger, p, cfg)
+        reported = self.ctx.queue_reports.latest()
+        quotas = await self.ctx.lanes.ledger.run(read_quotas, ledger, p, cfg, reported)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
             home_html(

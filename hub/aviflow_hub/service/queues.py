@@ -2,7 +2,9 @@
 
 ``GET queues``: one :class:`~aviflow.records.QueueQuota` per queue the caller may use (hub
 admins: every team's): the team's GPU quota from the config, GPUs held by its started jobs,
-its waiting jobs (each with its position; only those the caller may see are listed).
+its waiting jobs (each with its position; only those the caller may see are listed), and of
+the GPUs it holds those borrowed from its cohort, as the backend last reported them
+(:mod:`.queue_reports`; Kueue on the cluster, none elsewhere).
 ``GET images``: the backend's trainer images (:meth:`~aviflow.backends.base.Backend.images`),
 the default first, for ``--image`` and the notebook's version check.
 ``GET usage?by=team|user|day|week|attempt&format=json|csv``: allocated GPU-hours of the
@@ -12,6 +14,7 @@ attempts the caller may see.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -31,22 +34,31 @@ USAGE_BY = (*GROUPINGS, "attempt")
 FORMATS = ("json", "csv")
 
 
-def queue_quotas(p: Principal, cfg: HubConfig, unfinished: list[JobSummary]) -> list[QueueQuota]:
-    """The queues ``p`` may use, from the unfinished jobs of the ledger (pure)."""
+def queue_quotas(
+    p: Principal,
+    cfg: HubConfig,
+    unfinished: list[JobSummary],
+    reported: Mapping[str, QueueQuota] | None = None,
+) -> list[QueueQuota]:
+    """The queues ``p`` may use, from the unfinished jobs of the ledger and what the backend
+    reported of each (``reported``, by queue: the GPUs it borrows, at most those it holds;
+    pure)."""
     seen = authz.visibility(p, cfg)
     oldest_first = sorted(unfinished, key=lambda s: (s.submitted, s.id))
     out = []
     for team in authz.visible_queues(p, cfg):
         mine = [s for s in oldest_first if s.queue == team.queue]
         waiting = [s for s in mine if s.state is JobState.QUEUED]
+        in_use = sum(s.gpus for s in mine if s.state.is_active())
+        report = (reported or {}).get(team.queue)
         out.append(
             QueueQuota(
                 queue=team.queue,
                 gpu_quota=team.gpu_quota,
-                gpus_in_use=sum(s.gpus for s in mine if s.state.is_active()),
+                gpus_in_use=in_use,
                 pending_count=len(waiting),
                 team=team.name,
-                borrowed=0,
+                borrowed=min(max(0, report.borrowed), in_use) if report else 0,
                 pending=tuple(
                     PendingJob(s.id, s.user, position=i + 1, gpus=s.gpus)
                     for i, s in enumerate(waiting)
@@ -57,16 +69,25 @@ def queue_quotas(p: Principal, cfg: HubConfig, unfinished: list[JobSummary]) -> 
     return out
 
 
-def read_quotas(ledger: Ledger, p: Principal, cfg: HubConfig) -> list[QueueQuota]:
+def read_quotas(
+    ledger: Ledger,
+    p: Principal,
+    cfg: HubConfig,
+    reported: Mapping[str, QueueQuota] | None = None,
+) -> list[QueueQuota]:
     """:func:`queue_quotas` from the ledger's unfinished jobs (blocks: run it in the pool)."""
-    return queue_quotas(p, cfg, ledger.summaries(unfinished=True))
+    return queue_quotas(p, cfg, ledger.summaries(unfinished=True), reported)
 
 
 class QueuesHandler(BaseHandler):
     async def get(self) -> None:
         self.require_scope("read")
         quotas = await self.ctx.lanes.ledger.run(
-            read_quotas, self.ctx.ledger, self.principal, self.ctx.cfg
+            read_quotas,
+            self.ctx.ledger,
+            self.principal,
+            self.ctx.cfg,
+            self.ctx.queue_reports.latest(),
         )
         self.send_json({"queues": [q.to_dict() for q in quotas]})
 
