@@ -20,6 +20,7 @@ from aviflow.backends._feed import JobChange
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
 from aviflow.bundle import CodeBundle
+from aviflow.estimate import Estimate, WaitNumbers
 from aviflow.records import Event, EventType, JobState, JobStatus, Owner
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore, atomic_write
@@ -271,6 +272,30 @@ def test_folding_increments_equals_folding_everything(tmp_path: Path) -> None:
         assert ledger.job(run.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
 
 
+def test_a_queued_jobs_expected_start_and_wait_reach_the_list(tmp_path: Path) -> None:
+    """The feed carries a status whose estimate moved; the ledger's list shows it (aviflow-api's
+    job list, the sidebar through HubBackend), and drops it once the job starts."""
+    store = RunStore(tmp_path / "runs")
+    backend = StoreOnly(store.root)
+    run = make_job(store, "waits", "alice", "a", nodes=1, gpus=2)
+    emit(run, (E.QUEUED, 0, 0, {}))
+    ledger = Ledger("sqlite://")
+    feed = backend.changes()
+    assert ledger.apply(feed.poll()) == {}
+    assert (ledger.summaries()[0].expected_start, ledger.summaries()[0].wait) == (None, None)
+    est = Estimate("", T0 + 300, T0 + 720, assumed=("queue order as reported",))
+    wait = WaitNumbers("q-a", 4, 4, 0, 2, 1, 2)
+    run.write_status(replace(run.status(), expected_start=est, wait=wait))
+    assert ledger.apply(feed.poll()) == {}
+    [listed] = ledger.summaries()
+    assert (listed.expected_start, listed.wait) == (est, wait)
+    assert ledger.job(run.id) == listed
+    emit(run, (E.STARTING, 1, 400, {}))  # the lifecycle's status no longer carries them
+    assert ledger.apply(feed.poll()) == {}
+    assert (ledger.summaries()[0].expected_start, ledger.summaries()[0].wait) == (None, None)
+    ledger.close()
+
+
 def test_a_job_that_cannot_be_stored_is_reported_and_the_others_are_stored(
     tmp_path: Path, ledger_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -434,6 +459,7 @@ def test_a_ledger_of_the_previous_version_is_migrated(tmp_path: Path, ledger_url
         )
     todo = pending(engine)
     assert any("ADD COLUMN" in s and "gpus_per_node" in s for s in todo), todo
+    assert any("ADD COLUMN" in s and "expected_start" in s for s in todo), todo
     made = {s.split()[5] for s in todo if s.startswith("CREATE INDEX IF NOT EXISTS")}
     # the listings' order, and one user's (and what the old schema lacked)
     assert {"ix_aviflow_jobs_submitted", "ix_aviflow_jobs_user_submitted"} <= made, todo

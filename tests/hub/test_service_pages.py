@@ -114,19 +114,19 @@ def test_a_job_row_has_badge_link_size_elapsed_gpu_hours_and_cancel_form() -> No
 
 def test_the_row_says_why_a_job_waits_and_where_it_failed() -> None:
     queued = summary(state=JobState.QUEUED, queue_position=3, message='quota "full" <now>')
-    assert job_detail(queued) == (
+    assert job_detail(queued, 0.0) == (
         '<div class="detail">position 3 in the queue: quota &quot;full&quot; &lt;now&gt;</div>'
     )
-    assert job_detail(summary(state=JobState.QUEUED)) == '<div class="detail">queued</div>'
+    assert job_detail(summary(state=JobState.QUEUED), 0.0) == '<div class="detail">queued</div>'
     failure = FailureInfo(rank=1, node=0, exception="ValueError", message="<boom>")
-    assert job_detail(summary(state=JobState.FAILED, failure=failure)) == (
+    assert job_detail(summary(state=JobState.FAILED, failure=failure), 0.0) == (
         '<div class="detail failed">first failure: rank 1 on node 0 &mdash; '
         "ValueError: &lt;boom&gt;</div>"
     )
-    assert job_detail(summary(state=JobState.CANCELLED, message="cancelled by bob")) == (
+    assert job_detail(summary(state=JobState.CANCELLED, message="cancelled by bob"), 0.0) == (
         '<div class="detail">cancelled by bob</div>'
     )
-    assert job_detail(summary(message="step 5")) == ""  # a running job's message is noise
+    assert job_detail(summary(message="step 5"), 0.0) == ""  # a running job's message is noise
 
 
 def test_hostile_text_is_escaped_everywhere() -> None:
