@@ -325,4 +325,6 @@ def summarize(
         gpu_seconds=usage(attempts_from_events(info, events), info.gpus, now).gpu_seconds,
         failure=status.failure,
         origin=meta.origin,
+        expected_start=status.expected_start,
+        wait=status.wait,
     )

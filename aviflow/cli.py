@@ -22,8 +22,9 @@ from aviflow.backends.local import LocalBackend
 from aviflow.errors import AviflowError, BackendError, JobNotFound, RequestError, SpecError
 from aviflow.estimate import describe
 from aviflow.job import Job
-from aviflow.records import JobState, JobStatus
+from aviflow.records import JobState, JobStatus, JobSummary
 from aviflow.spec import TrainJob
+from aviflow.views.waiting import start_short, start_words, waiting_lines
 
 # The spec flags of `aviflow submit` (aviflow/spec_flags.json): they override the file's.
 SUBMIT_FLAGS = ("--secret", "--runtime")
@@ -79,7 +80,7 @@ def _progress_printer() -> Callable[[Job, JobStatus], None]:
         if record.state is JobState.QUEUED and record.message:
             line += f": {record.message}"  # what it waits for: slots or its queue's quota
             if record.expected_start is not None:
-                line += f"; {describe(record.expected_start, time.time())}"
+                line += f"; {start_words(record.expected_start, time.time())}"
         elif record.queue_position:
             line += f" (queue position {record.queue_position})"
         if record.attempt > 1:
@@ -142,11 +143,19 @@ def _print_outcome(job: Job, state: JobState) -> None:
     print(f"GPU-seconds allocated: {job.usage().gpu_seconds:.1f}")
 
 
+def ls_rows(summaries: Sequence[JobSummary], now: float) -> list[list[str]]:
+    """``aviflow ls``'s table, oldest first; START: a queued job's expected start."""
+    rows = [["ID", "NAME", "STATE", "NODES", "GPUS", "SUBMITTED", "START"]]
+    for s in reversed(summaries):
+        start = start_short(s.expected_start, now) if s.state is JobState.QUEUED else ""
+        rows.append(
+            [s.id, s.name, s.state.value, str(s.nodes), str(s.gpus), _when(s.submitted), start]
+        )
+    return rows
+
+
 def cmd_ls(ns: argparse.Namespace) -> int:
-    rows = [["ID", "NAME", "STATE", "NODES", "GPUS", "SUBMITTED"]]
-    for s in reversed(_backend(ns).summaries()):
-        rows.append([s.id, s.name, s.state.value, str(s.nodes), str(s.gpus), _when(s.submitted)])
-    _table(rows)
+    _table(ls_rows(_backend(ns).summaries(), time.time()))
     return 0
 
 
@@ -162,20 +171,25 @@ def cmd_images(ns: argparse.Namespace) -> int:
     return 0
 
 
+def status_doc(
+    job_id: str, name: str, record: JobStatus, gpu_seconds: float, now: float
+) -> dict[str, object]:
+    """``aviflow status``'s answer: the status record, and for a queued job ``waiting``, the
+    lines every view shows of its wait (:func:`aviflow.views.waiting.waiting_lines`)."""
+    out: dict[str, object] = {"id": job_id, "name": name, **record.to_dict()}
+    if record.state is JobState.QUEUED:
+        lines = waiting_lines(record.expected_start, record.wait, record.message, now)
+        if lines:
+            out["waiting"] = lines
+    out["gpuSeconds"] = round(gpu_seconds, 3)
+    return out
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     job = api.get(ns.id, _backend(ns))
     record = job.status_record()
-    print(
-        json.dumps(
-            {
-                "id": job.id,
-                "name": job.name,
-                **record.to_dict(),
-                "gpuSeconds": round(job.usage().gpu_seconds, 3),
-            },
-            indent=2,
-        )
-    )
+    doc = status_doc(job.id, job.name, record, job.usage().gpu_seconds, time.time())
+    print(json.dumps(doc, indent=2))
     return EXIT_FOR_STATE.get(record.state, 0)
 
 

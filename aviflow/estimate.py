@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from aviflow._units import format_duration
@@ -113,8 +114,38 @@ class Estimate:
     assumed: tuple[str, ...] = ()
     now: bool = False
 
+    def window(self) -> str:
+        """The start as absolute UTC times, one word (a ``kubectl get trainjobs`` column,
+        read without a clock of ours): ``now``, ``never``, ``12-03T22:58..23:05Z`` (a range;
+        the date again where it changes), ``12-03T22:58Z..`` (no later bound).
+
+        >>> Estimate("j", 1764802680.0, 1764803100.0).window()
+        '12-03T22:58..23:05Z'
+        >>> Estimate("j", 1764802680.0, 1764896400.0).window()
+        '12-03T22:58..12-05T01:00Z'
+        >>> Estimate("j", 1764802680.0, None).window(), Estimate("j", None, None, "x").window()
+        ('12-03T22:58Z..', 'never')
+        """
+        if self.never is not None:
+            return "never"
+        if self.now:
+            return "now"
+        if self.low is None:
+            return ""
+        low = _utc(self.low)
+        if self.high is None:
+            return f"{low}Z.."
+        high = _utc(self.high)
+        if high == low:
+            return f"{low}Z"
+        same_day = high[:5] == low[:5]
+        return f"{low}..{high[6:] if same_day else high}Z"
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"low": self.low, "high": self.high}
+        window = self.window()
+        if window:
+            out["window"] = window
         if self.never is not None:
             out["never"] = self.never
         if self.now:
@@ -143,6 +174,12 @@ class Estimate:
             tuple(str(a)[:300] for a in assumed[:10]),
             now=d.get("now") is True,
         )
+
+
+def _utc(t: float) -> str:
+    """``MM-DDTHH:MM`` in UTC, to the nearest minute."""
+    minute = math.floor(t / 60 + 0.5) * 60
+    return datetime.fromtimestamp(minute, UTC).strftime("%m-%dT%H:%M")
 
 
 @dataclass

@@ -455,6 +455,8 @@ class JobSummary:
     gpu_seconds: float = 0.0
     failure: FailureInfo | None = None
     origin: dict[str, Any] = field(default_factory=dict)
+    expected_start: Estimate | None = None  # while QUEUED, as in JobStatus
+    wait: WaitNumbers | None = None
 
     @property
     def gpus(self) -> int:
@@ -482,6 +484,10 @@ class JobSummary:
         }
         if self.failure is not None:
             out["failure"] = self.failure.to_dict()
+        if self.expected_start is not None:
+            out["expectedStart"] = self.expected_start.to_dict()
+        if self.wait is not None:
+            out["wait"] = self.wait.to_dict()
         return out
 
     @classmethod
@@ -505,6 +511,8 @@ class JobSummary:
             gpu_seconds=float(d.get("gpuSeconds") or 0.0),
             failure=FailureInfo.from_dict(failure) if isinstance(failure, Mapping) else None,
             origin=dict(d.get("origin") or {}),
+            expected_start=Estimate.from_dict(d.get("expectedStart")),
+            wait=WaitNumbers.from_dict(d.get("wait")),
         )
 
 

@@ -49,6 +49,11 @@ STATUS_SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "While QUEUED, when it is expected to start (aviflow.estimate).",
             "properties": {
+                "window": {
+                    "type": "string",
+                    "description": "The range in UTC (Estimate.window): now, never, "
+                    "'12-03T22:58..23:05Z', '12-03T22:58Z..' (no later bound).",
+                },
                 "low": {"type": "number", "nullable": True},
                 "high": {"type": "number", "nullable": True},
                 "never": {"type": "string"},
@@ -90,6 +95,12 @@ PRINTER_COLUMNS = [
     {"name": "GPUs/node", "type": "integer", "jsonPath": ".spec.gpusPerNode"},
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
     {"name": "Position", "type": "integer", "jsonPath": ".status.queuePosition"},
+    {
+        "name": "Start",
+        "type": "string",
+        "jsonPath": ".status.expectedStart.window",
+        "description": "While QUEUED, when it is expected to start (UTC), or never.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

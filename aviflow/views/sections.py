@@ -17,10 +17,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from aviflow.estimate import Estimate, WaitNumbers
 from aviflow.records import FailureInfo, JobState
 from aviflow.views.html import badge, duration, esc, num
 from aviflow.views.snapshot import JobSnapshot
 from aviflow.views.use import rank_use, use_html, used_hours_html
+from aviflow.views.waiting import start_words, wait_words
 
 MAX_POINTS = 300
 MAX_CHARTS = 8
@@ -47,10 +49,22 @@ def header_html(snap: JobSnapshot) -> str:
     if snap.state is JobState.QUEUED:
         pos = f"position {snap.queue_position} in the queue" if snap.queue_position else "queued"
         detail = f"<div class='aviflow-queue'>{esc(pos)}: {esc(snap.message)}</div>"
+        detail += waiting_html(snap.expected_start, snap.wait, snap.now)
     elif snap.message and snap.state is not JobState.RUNNING:
         detail = f"<div class='aviflow-message'>{esc(snap.message)}</div>"
     use = use_html(snap.metrics, snap.usage, snap.idle)
     return f"<div class='aviflow-header'>{line}{detail}{use}</div>"
+
+
+def waiting_html(est: Estimate | None, wait: WaitNumbers | None, now: float) -> str:
+    """A queued job's expected start and wait numbers, a line each (words of
+    :mod:`aviflow.views.waiting`; nothing where the status has neither)."""
+    out = ""
+    if est is not None and (words := start_words(est, now)):
+        out += f"<div class='aviflow-start'>{esc(words)}</div>"
+    if wait is not None:
+        out += f"<div class='aviflow-wait'>{esc(wait_words(wait))}</div>"
+    return out
 
 
 def ranks_html(snap: JobSnapshot) -> str:
@@ -292,5 +306,7 @@ def snapshot_dict(snap: JobSnapshot) -> dict[str, Any]:
         "catchingUp": snap.catching_up,
         "usage": snap.usage,
         "idle": snap.idle,
+        "expectedStart": snap.expected_start.to_dict() if snap.expected_start else None,
+        "wait": snap.wait.to_dict() if snap.wait else None,
         "metrics": {k: [list(p) for p in v] for k, v in snap.metrics.items()},
     }

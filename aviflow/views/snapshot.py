@@ -19,6 +19,7 @@ from typing import Any
 
 from aviflow.attempts import finished_at, usage_from_events
 from aviflow.backends.base import Backend
+from aviflow.estimate import Estimate, WaitNumbers
 from aviflow.job import Job
 from aviflow.paging import MAX_PAGE_ROWS, read_pages
 from aviflow.records import CheckpointRef, Event, FailureInfo, JobMeta, JobState, MetricRow
@@ -64,6 +65,8 @@ class JobSnapshot:
     used_hours: float | None = None  # allocated GPU-hours x mean utilization (measured)
     used_kind: str | None = None  # what was measured: "gpu" | "cpu"
     idle: str | None = None  # the attempt's IDLE flag, if it was flagged
+    expected_start: Estimate | None = None  # while QUEUED (aviflow.estimate)
+    wait: WaitNumbers | None = None  # while QUEUED: the numbers behind the wait
 
     @property
     def elapsed(self) -> float:
@@ -283,6 +286,8 @@ class SnapshotReader:
             catching_up=self.catching_up,
             usage=dict(used.data) if used is not None else None,
             idle=idle.message if idle is not None else None,
+            expected_start=record.expected_start,
+            wait=record.wait,
         )
 
 

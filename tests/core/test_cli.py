@@ -90,7 +90,7 @@ def test_submit_detached_then_follow_with_every_command(tmp_path, run_root, left
     assert job.wait(timeout=420) == JobState.SUCCEEDED, job.logs(tail=40)
 
     listing = cli(run_root, "ls").stdout.splitlines()
-    assert listing[0].split() == ["ID", "NAME", "STATE", "NODES", "GPUS", "SUBMITTED"]
+    assert listing[0].split() == ["ID", "NAME", "STATE", "NODES", "GPUS", "SUBMITTED", "START"]
     assert listing[1].split()[:5] == [job_id, "cli-job", "SUCCEEDED", "2", "2"]
 
     status = cli(run_root, "status", job_id)

@@ -137,7 +137,12 @@ def test_an_estimate_crosses_the_wire_and_a_malformed_one_is_dropped() -> None:
     wait = WaitNumbers("a", 8, 8, 0, 0, 1, 4)
     status = JobStatus(queue_position=2, expected_start=est, wait=wait)
     wire = status.to_dict()
-    assert wire["expectedStart"] == {"low": 10.0, "high": None, "assumed": ["x"]}
+    assert wire["expectedStart"] == {
+        "low": 10.0,
+        "high": None,
+        "window": "01-01T00:00Z..",
+        "assumed": ["x"],
+    }
     assert wire["wait"] == {"queue": "a", "quota": 8, "holds": 8, "borrowed": 0,
                             "lendable": 0, "ahead": 1, "aheadGpus": 4}  # fmt: skip
     back = JobStatus.from_dict(wire)

@@ -24,6 +24,7 @@ from ledger_kit import (
 )
 
 from aviflow.backends._feed import JobChange
+from aviflow.estimate import Estimate, WaitNumbers
 from aviflow.records import Event, JobState, JobStatus
 from aviflow.store import RunStore, atomic_write
 from aviflow_hub.authz import Visibility
@@ -188,6 +189,30 @@ def test_folding_increments_equals_folding_everything(tmp_path: Path) -> None:
         got = [replace(a, job_id="x") for a in ledger.attempts() if a.job_id == run.id]
         assert got == expected, split
         assert ledger.job(run.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_a_queued_jobs_expected_start_and_wait_reach_the_list(tmp_path: Path) -> None:
+    """The feed carries a status whose estimate moved; the ledger's list shows it (aviflow-api's
+    job list, the sidebar through HubBackend), and drops it once the job starts."""
+    store = RunStore(tmp_path / "runs")
+    backend = StoreOnly(store.root)
+    run = make_job(store, "waits", "alice", "a", nodes=1, gpus=2)
+    emit(run, (E.QUEUED, 0, 0, {}))
+    ledger = Ledger("sqlite://")
+    feed = backend.changes()
+    assert ledger.apply(feed.poll()) == {}
+    assert (ledger.summaries()[0].expected_start, ledger.summaries()[0].wait) == (None, None)
+    est = Estimate("", T0 + 300, T0 + 720, assumed=("queue order as reported",))
+    wait = WaitNumbers("q-a", 4, 4, 0, 2, 1, 2)
+    run.write_status(replace(run.status(), expected_start=est, wait=wait))
+    assert ledger.apply(feed.poll()) == {}
+    [listed] = ledger.summaries()
+    assert (listed.expected_start, listed.wait) == (est, wait)
+    assert ledger.job(run.id) == listed
+    emit(run, (E.STARTING, 1, 400, {}))  # the lifecycle's status no longer carries them
+    assert ledger.apply(feed.poll()) == {}
+    assert (ledger.summaries()[0].expected_start, ledger.summaries()[0].wait) == (None, None)
+    ledger.close()
 
 
 def test_a_job_that_cannot_be_stored_is_reported_and_the_others_are_stored(

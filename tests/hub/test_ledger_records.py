@@ -97,6 +97,7 @@ def test_a_ledger_of_the_previous_version_is_migrated(tmp_path: Path, ledger_url
         )
     todo = pending(engine)
     assert any("ADD COLUMN" in s and "gpus_per_node" in s for s in todo), todo
+    assert any("ADD COLUMN" in s and "expected_start" in s for s in todo), todo
     made = {s.split()[5] for s in todo if s.startswith("CREATE INDEX IF NOT EXISTS")}
     # the listings' order, and one user's (and what the old schema lacked)
     assert {"ix_aviflow_jobs_submitted", "ix_aviflow_jobs_user_submitted"} <= made, todo

@@ -114,19 +114,19 @@ def test_a_job_row_has_badge_link_size_elapsed_gpu_hours_and_cancel_form() -> No
 
 def test_the_row_says_why_a_job_waits_and_where_it_failed() -> None:
     queued = summary(state=JobState.QUEUED, queue_position=3, message='quota "full" <now>')
-    assert job_detail(queued) == (
+    assert job_detail(queued, 0.0) == (
         '<div class="detail">position 3 in the queue: quota &quot;full&quot; &lt;now&gt;</div>'
     )
-    assert job_detail(summary(state=JobState.QUEUED)) == '<div class="detail">queued</div>'
+    assert job_detail(summary(state=JobState.QUEUED), 0.0) == '<div class="detail">queued</div>'
     failure = FailureInfo(rank=1, node=0, exception="ValueError", message="<boom>")
-    assert job_detail(summary(state=JobState.FAILED, failure=failure)) == (
+    assert job_detail(summary(state=JobState.FAILED, failure=failure), 0.0) == (
         '<div class="detail failed">first failure: rank 1 on node 0 &mdash; '
         "ValueError: &lt;boom&gt;</div>"
     )
-    assert job_detail(summary(state=JobState.CANCELLED, message="cancelled by bob")) == (
+    assert job_detail(summary(state=JobState.CANCELLED, message="cancelled by bob"), 0.0) == (
         '<div class="detail">cancelled by bob</div>'
     )
-    assert job_detail(summary(message="step 5")) == ""  # a running job's message is noise
+    assert job_detail(summary(message="step 5"), 0.0) == ""  # a running job's message is noise
 
 
 def test_hostile_text_is_escaped_everywhere() -> None:
@@ -284,7 +284,7 @@ def test_a_queued_job_shows_its_position_and_reason(
     b = jobs["bob"]
     status = real_hub.call("GET", f"jobs/{b}/status", tokens["bob"]).json()
     assert (status["state"], status["queuePosition"]) == ("QUEUED", 1) and status["message"]
-    expected = f'<div class="detail">position 1 in the queue: {escape(status["message"])}</div>'
+    expected = f'<div class="detail">position 1 in the queue: {escape(status["message"])}<'
 
     def shown() -> str | None:
         html = real_hub.page("", tokens["bob"]).text
@@ -297,6 +297,25 @@ def test_a_queued_job_shows_its_position_and_reason(
     page = real_hub.page(f"jobs/{b}", tokens["bob"])
     assert page.status_code == 200 and "no metrics logged yet" in page.text
     assert "position 1 in the queue" in page.text
+    # when it will start and why it waits, in numbers: the supervisor's forecast, in the
+    # words of aviflow.views.waiting, on the list and on its page; alice's job holds the only
+    # slot with no time limit, and only bob's own queue's numbers show, no other job's name
+    words = (
+        "<div class='aviflow-start'>start unknown: a job ahead has no time limit</div>"
+        "<div class='aviflow-wait'>queue queue-b: quota 4 GPUs, holds 0 (0 borrowed), 0 idle in "
+        "the cohort to borrow; no job ahead</div>"
+    )
+
+    def estimated() -> tuple[str, str] | None:
+        listed, one = (
+            real_hub.page("", tokens["bob"]).text,
+            real_hub.page(f"jobs/{b}", tokens["bob"]),
+        )
+        return (listed, one.text) if words in row_of(listed, b) and words in one.text else None
+
+    listed, page_text = real_hub.until(estimated, "bob's list and page show the estimate", 60)
+    for html_text in (listed, page_text):
+        assert jobs["alice"] not in html_text and SAFE not in html_text and "alice" not in html_text
 
 
 def test_the_job_page_shows_charts_ranks_checkpoints_and_logs(

@@ -71,7 +71,7 @@ def test_the_committed_crd_is_generated_from_the_spec_model() -> None:
     )
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "State", "Queue", "Nodes", "GPUs/node", "Attempt", "Position", "Age"]  # fmt: skip
+        "State", "Queue", "Nodes", "GPUs/node", "Attempt", "Position", "Start", "Age"]  # fmt: skip
 
 
 def test_the_schema_has_every_spec_key_and_the_models_limits() -> None:
@@ -135,6 +135,7 @@ def test_kubectl_apply_of_a_valid_trainjob_works(crd_installed: Any, k8s_namespa
         "GPUS/NODE",
         "ATTEMPT",
         "POSITION",
+        "START",
         "AGE",
     ]
     assert listed[1].split()[:4] == ["tiny-regression", "vision", "2", "8"]  # no status yet

@@ -13,7 +13,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from aviflow.records import FailureInfo, JobState
+from aviflow.estimate import Estimate, WaitNumbers
+from aviflow.records import FailureInfo, JobState, JobStatus
 from aviflow.views.sections import MAX_POINTS, downsample
 from aviflow_magics._job import NotebookJob
 from aviflow_magics._poller import Poller
@@ -44,7 +45,7 @@ def clear(panel: w.Widget) -> None:
         c.messages.clear()
 
 
-def test_queued_job_shows_its_queue_position(comms, make_job) -> None:
+def test_queued_job_shows_its_queue_position(comms, make_job, local_backend) -> None:
     job = make_job(JobState.QUEUED, queue_position=2)
     panel = JobPanel(job, start=False)
     panel.poller.poll_once()
@@ -55,6 +56,22 @@ def test_queued_job_shows_its_queue_position(comms, make_job) -> None:
     assert synced(panel.failure.layout, "display") == "none"
     assert synced(panel.ranks, "value").count("data-state='QUEUED'") == 4
     assert "no metrics logged yet" in synced(panel.chart, "value")
+    # its expected start and the numbers behind its wait (the status the supervisor writes),
+    # in the words of `aviflow status` and aviflow-api's pages (aviflow.views.waiting)
+    now = time.time()
+    local_backend.store.get(job.id).write_status(
+        JobStatus(
+            JobState.QUEUED, 0, "waiting for GPU slots", now, 2,
+            expected_start=Estimate(job.id, now + 300, now + 720),
+            wait=WaitNumbers("local", 4, 4, 0, 0, 1, 2),
+        )
+    )  # fmt: skip
+    panel.poller.poll_once()
+    assert (
+        "<div class='aviflow-start'>starts in about 5-12 min</div><div class='aviflow-wait'>"
+        "queue local: quota 4 GPUs, holds 4 (0 borrowed), 0 idle in the cohort to borrow; "
+        "1 job ahead (2 GPUs)</div>"
+    ) in synced(panel.header, "value")
 
 
 def test_running_job_updates_are_batched_one_message_per_widget(comms, make_job) -> None:

@@ -7,6 +7,7 @@
  *     model.statusText(); // "2 running · 1 queued"
  */
 import { FINISHED_STATES, JobFailure, JobSummary, JobsAnswer, QueueQuota } from './types';
+import { startWords, waitWords } from './waiting';
 
 // ---------------------------------------------------------------------------
 // Formatting
@@ -96,8 +97,12 @@ export interface JobRowView {
   stateText: string;
   /** "#2 in queue" for a queued job, else "". */
   position: string;
+  /** When a queued job is expected to start ("starts in about 5-12 min"), else "". */
+  start: string;
   /** Why a queued or starting job waits, else "". */
   reason: string;
+  /** A queued job's queue numbers ("queue vision: quota 8 GPUs, ..."), else "". */
+  wait: string;
   elapsed: string;
   gpuHours: string;
   size: string;
@@ -109,7 +114,8 @@ export interface JobRowView {
 
 /** The row view of a job at server time `now` (epoch seconds). */
 export function jobRowView(job: JobSummary, now: number): JobRowView {
-  const waiting = job.state === 'QUEUED' || job.state === 'STARTING';
+  const queued = job.state === 'QUEUED';
+  const waiting = queued || job.state === 'STARTING';
   const end = job.finished ?? now;
   const title = [
     `${job.name} (${job.id})`,
@@ -123,8 +129,10 @@ export function jobRowView(job: JobSummary, now: number): JobRowView {
     name: job.name,
     state: job.state,
     stateText: stateText(job.state),
-    position: job.state === 'QUEUED' ? formatQueuePosition(job.queuePosition) : '',
+    position: queued ? formatQueuePosition(job.queuePosition) : '',
+    start: queued ? startWords(job.expectedStart, now) : '',
     reason: waiting ? job.message ?? '' : '',
+    wait: queued ? waitWords(job.wait) : '',
     elapsed: formatElapsed(end - job.submitted),
     gpuHours: formatGpuHours(job.gpuSeconds),
     size: formatSize(job.nodes, job.gpusPerNode),

@@ -20,7 +20,9 @@ const ROW_FIELDS: ReadonlyArray<{ key: keyof JobRowView; cls: string; line: 'met
   { key: 'elapsed', cls: 'aviflow-job-elapsed', line: 'meta' },
   { key: 'gpuHours', cls: 'aviflow-job-gpuh', line: 'meta' },
   { key: 'position', cls: 'aviflow-job-position', line: 'note' },
+  { key: 'start', cls: 'aviflow-job-start', line: 'note' },
   { key: 'reason', cls: 'aviflow-job-reason', line: 'note' },
+  { key: 'wait', cls: 'aviflow-job-wait', line: 'note' },
   { key: 'failure', cls: 'aviflow-job-failure', line: 'note' }
 ];
 
@@ -297,7 +299,7 @@ export class AviflowSidebar extends Widget {
         parent.insertBefore(child, nextField(parent, field.cls));
       }
       child.textContent = text;
-      if (field.key === 'reason' || field.key === 'failure') {
+      if (field.line === 'note') {
         child.title = text;
       }
     }

@@ -30,6 +30,31 @@ export interface JobFailure {
   exitCode?: number | null;
 }
 
+/**
+ * When a queued job is expected to start (aviflow/estimate.py): between `low` and `high`
+ * (epoch seconds; `high` null: no later bound), `never` (the limit that forbids it), `now`
+ * (it fits at once), `window` (the range in UTC, one word). Shown by waiting.ts.
+ */
+export interface ExpectedStart {
+  low: number | null;
+  high: number | null;
+  window?: string;
+  never?: string;
+  now?: boolean;
+  assumed?: string[];
+}
+
+/** The numbers behind a queued job's wait, its own queue's (aviflow.estimate.WaitNumbers). */
+export interface WaitNumbers {
+  queue: string;
+  quota: number;
+  holds: number;
+  borrowed: number;
+  lendable: number;
+  ahead: number;
+  aheadGpus: number;
+}
+
 /** One job in `GET aviflow/jobs`. Times are epoch seconds. */
 export interface JobSummary {
   id: string;
@@ -50,6 +75,9 @@ export interface JobSummary {
   gpuSeconds: number;
   origin?: unknown;
   failure?: JobFailure | null;
+  /** While QUEUED (absent on servers before it, or without an estimate). */
+  expectedStart?: ExpectedStart | null;
+  wait?: WaitNumbers | null;
 }
 
 /** `GET aviflow/jobs?since=<cursor>`: the changes after `since`. */
@@ -128,6 +156,9 @@ export interface JobDetail {
   usage?: JobUsage | null;
   /** The attempt's idle flag (the IDLE event's message), if it was flagged. */
   idle?: string | null;
+  /** While QUEUED: its expected start and the numbers behind its wait. */
+  expectedStart?: ExpectedStart | null;
+  wait?: WaitNumbers | null;
 }
 
 /** What a running attempt uses of what it holds (see aviflow.usage). */

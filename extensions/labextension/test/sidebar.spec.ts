@@ -42,7 +42,9 @@ describe('AviflowSidebar', () => {
             queuePosition: 2,
             message: 'waiting for admission: quota',
             submitted: 4900,
-            nodes: 2
+            nodes: 2,
+            expectedStart: { low: 5300, high: 5720 },
+            wait: { queue: 'vision', quota: 8, holds: 8, borrowed: 0, lendable: 4, ahead: 2, aheadGpus: 12 }
           }),
           job({
             id: 'j1',
@@ -78,6 +80,14 @@ describe('AviflowSidebar', () => {
     expect(q(queued, '.aviflow-badge').dataset.state).toBe('QUEUED');
     expect(q(queued, '.aviflow-job-position').textContent).toBe('#2 in queue');
     expect(q(queued, '.aviflow-job-reason').textContent).toBe('waiting for admission: quota');
+    // when it starts and why it waits, in the words of the CLI, the panel and the pages
+    expect(texts(queued, '.aviflow-job-position, .aviflow-job-start, .aviflow-job-reason, .aviflow-job-wait')).toEqual([
+      '#2 in queue',
+      'starts in about 5-12 min',
+      'waiting for admission: quota',
+      'queue vision: quota 8 GPUs, holds 8 (0 borrowed), 4 idle in the cohort to borrow; 2 jobs ahead (12 GPUs)'
+    ]);
+    expect(q(queued, '.aviflow-job-start').title).toBe('starts in about 5-12 min');
     expect(q(queued, '.aviflow-job-elapsed').textContent).toBe('1m 40s');
     expect(q(queued, '.aviflow-job-gpuh').textContent).toBe('0.00 GPU-h');
     expect(q(queued, '.aviflow-job-size').textContent).toBe('2 × 8 GPUs');
@@ -89,6 +99,8 @@ describe('AviflowSidebar', () => {
     expect(q(failed, '.aviflow-job-gpuh').textContent).toBe('0.12 GPU-h');
     expect(failed.querySelector('.aviflow-job-position')).toBeNull();
     expect(failed.querySelector('.aviflow-job-reason')).toBeNull();
+    expect(failed.querySelector('.aviflow-job-start')).toBeNull();
+    expect(failed.querySelector('.aviflow-job-wait')).toBeNull();
     expect(q(node, '.aviflow-error').hidden).toBe(true);
     expect(q(node, '.aviflow-jobs-empty').hidden).toBe(true);
     expect(q(node, '.aviflow-queues-empty').textContent).toBe('No team queues.');

@@ -46,6 +46,9 @@ class JobRow(Base):
     finished: Mapped[float | None] = mapped_column(Float, nullable=True)
     failure: Mapped[str | None] = mapped_column(Text, nullable=True)  # FailureInfo JSON
     origin: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON object
+    # since the expected start (while QUEUED; JSON of aviflow.estimate's records)
+    expected_start: Mapped[str | None] = mapped_column(Text, nullable=True)
+    wait: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class AttemptRow(Base):

@@ -31,6 +31,7 @@ from sqlalchemy.pool import StaticPool
 from aviflow._model import short
 from aviflow.attempts import AttemptRecord, JobInfo, finished_at, fold_attempts
 from aviflow.backends._feed import JobChange
+from aviflow.estimate import Estimate, WaitNumbers
 from aviflow.records import FailureInfo, JobState, JobSummary
 from aviflow_hub.authz import Visibility
 from aviflow_hub.ledger.migrate import migrate
@@ -107,6 +108,8 @@ class Ledger:
                 summary.updated or summary.submitted,
                 summary.finished,
                 summary.failure,
+                summary.expected_start,
+                summary.wait,
             ),
             "job_id": summary.id,
         }
@@ -189,6 +192,8 @@ class Ledger:
                     status.updated or now,
                     finished,
                     status.failure,
+                    status.expected_start,
+                    status.wait,
                 ),
                 "job_id": change.job_id,
             }
@@ -360,6 +365,8 @@ def _status_values(
     updated: float,
     finished: float | None,
     failure: FailureInfo | None,
+    expected_start: Estimate | None = None,
+    wait: WaitNumbers | None = None,
 ) -> dict[str, Any]:
     return {
         "state": state.value,
@@ -369,7 +376,13 @@ def _status_values(
         "updated": updated,
         "finished": finished,
         "failure": json.dumps(failure.to_dict()) if failure is not None else None,
+        "expected_start": _opt_json(expected_start),
+        "wait": _opt_json(wait),
     }
+
+
+def _opt_json(record: Estimate | WaitNumbers | None) -> str | None:
+    return None if record is None else storable(json.dumps(record.to_dict()))
 
 
 def _attempt_values(a: AttemptRecord) -> dict[str, Any]:
@@ -421,6 +434,8 @@ def _summary(row: Mapping[str, Any]) -> JobSummary:
         gpu_seconds=max(float(row["gpu_seconds"] or 0.0), 0.0),
         failure=FailureInfo.from_dict(failure) if failure is not None else None,
         origin=_json_object(row["origin"]) or {},
+        expected_start=Estimate.from_dict(_json_object(row.get("expected_start"))),
+        wait=WaitNumbers.from_dict(_json_object(row.get("wait"))),
     )
 
 

@@ -2,7 +2,8 @@
 
 The job list (:func:`home_html`) shows what the JupyterLab sidebar shows: each queue as a bar
 (GPUs in use and borrowed against the nominal quota, jobs waiting) and each job with its
-status badge, queue position and reason, first failing rank, size, elapsed time and
+status badge, queue position and reason (a queued one's expected start and its queue's
+numbers: :func:`aviflow.views.sections.waiting_html`), first failing rank, size, elapsed time and
 GPU-hours. The job page (:func:`job_page_html`) is the notebook panel's own rendering
 (:func:`aviflow.views.sections.sections_html`) plus each rank's last log lines. Badges,
 durations and sections come from :mod:`aviflow.views`; the look is the usage report's
@@ -24,7 +25,7 @@ from urllib.parse import quote
 
 from aviflow.records import JobState, JobSummary, QueueQuota
 from aviflow.views.html import badge, duration, esc, num
-from aviflow.views.sections import log_html, sections_html
+from aviflow.views.sections import log_html, sections_html, waiting_html
 from aviflow.views.snapshot import JobSnapshot
 from aviflow_hub.ledger.html import REPORT_CSS
 
@@ -118,12 +119,14 @@ def queues_html(quotas: Sequence[QueueQuota]) -> str:
     return f'<section id="queues"><h2>Queues</h2>{bars}</section>'
 
 
-def job_detail(s: JobSummary) -> str:
-    """Why a queued job waits, where a failed one failed first, else its message."""
+def job_detail(s: JobSummary, now: float) -> str:
+    """Why a queued job waits (with when it is expected to start and its queue's numbers, as
+    on its page), where a failed one failed first, else its message."""
     if s.state is JobState.QUEUED:
         where = f"position {num(s.queue_position)} in the queue" if s.queue_position else "queued"
         why = f": {esc(s.message)}" if s.message else ""
-        return f'<div class="detail">{where}{why}</div>'
+        more = waiting_html(s.expected_start, s.wait, now)
+        return f'<div class="detail">{where}{why}{more}</div>'
     if s.state is JobState.FAILED and s.failure is not None:
         what = s.failure.what()
         return (
@@ -150,7 +153,7 @@ def job_row(s: JobSummary, base: str, xsrf: str, now: float) -> str:
     return (
         f'<tr data-job="{esc(s.id)}"><td>{link}<br><code>{esc(s.id)}</code></td>'
         f"<td>{esc(s.user)}</td><td>{where}</td>"
-        f"<td>{badge(s.state.value)}{job_detail(s)}</td>"
+        f"<td>{badge(s.state.value)}{job_detail(s, now)}</td>"
         f"<td>{num(s.nodes)}&times;{num(s.gpus_per_node)} GPUs</td>"
         f'<td class="num">{esc(elapsed(s, now))}</td>'
         f'<td class="num">{num(s.gpu_seconds / 3600, ".3f")}</td><td>{form}</td></tr>'
