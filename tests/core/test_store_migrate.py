@@ -144,7 +144,7 @@ def test_the_local_backend_moves_its_legacy_store_in_when_made(tmp_path: Path) -
         check=True,
     )
     assert ls.stdout.splitlines() == [
-        "ID     NAME  STATE      NODES  GPUS  SUBMITTED",
+        "ID     NAME  STATE      NODES  GPUS  SUBMITTED            START",
         "old-1  tiny  SUCCEEDED  1      1     1970-01-01 00:00:10",
         "old-2  tiny  FAILED     1      1     1970-01-01 00:00:20",
     ]
