@@ -19,9 +19,11 @@ often, compressed like the trace). Its pods are a stand-in for the trainer (``HO
 written to the work directory as the settings' ``python``): each holds its GPUs for the
 job's scaled duration, beats as the runtime does (so the job is RUNNING and its time limit
 counts) and checkpoints its progress every second in the job's run directory, so a
-preempted job resumes where it stopped. Each job's ``timeLimit`` is its duration plus 5 s
-and a fifth (its pod's start counts from its admission): the bound the controller's
-estimates use, so they overshoot by about that margin less the pod's start. The node agent carried this load
+preempted job resumes where it stopped. The hold counts from the attempt's admission (its
+Job's ``startTime``, read with kubectl; whole seconds): a pod took 2-9 s to start on this
+loaded machine, which compression does not shrink, and would otherwise add hours of trace
+time to every job. Each job's ``timeLimit`` is its duration plus 3 s and a tenth: the only
+end the controller's estimates know of a running job. The node agent carried this load
 (one small process per pod; the real runtime would start accelerate and torch per pod,
 which 2 cores cannot do for this many jobs): no KWOK was needed.
 
@@ -38,7 +40,7 @@ Measured from each job's lifecycle events (the run store's; Kueue's admission ti
 whole seconds only): its queue wait (every wait for admission, a preempted job's too),
 its GPU holdings, preemptions and the GPU-hours the preempted attempts had held; and the
 expected start (``status.expectedStart``) read from its TrainJob the first time it is seen
-queued with one, against when it was admitted. Printed in trace hours: per team and
+queued with one, against when its TrainJob was first seen past QUEUED. Printed in trace hours: per team and
 overall mean, p50 and p90 wait, GPU allocation over the busy window (first submission to
 last release; a team's against its nominal quota, so above 100% when it borrows), the
 matching pool size, the estimates' error (median and p90 of |high - admitted| / realised
@@ -105,9 +107,10 @@ SLICE = HERE / "data" / "philly-slice.csv"
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
 HOLD = '''#!{python} -S
-"""A trainer pod's stand-in (bench/replay.py): holds its GPUs for the job's BENCH_HOLD
-seconds, checkpointing each second (a preempted job resumes), beating as the runtime does."""
-import json, os, re, time
+"""A trainer pod's stand-in (bench/replay.py): holds its GPUs until its job has held them
+BENCH_HOLD seconds since admission (its Job's startTime, whole seconds), over all attempts:
+progress is checkpointed each second, so a preempted job resumes. Beats as the runtime does."""
+import datetime, json, os, re, subprocess, time
 from pathlib import Path
 
 run = Path(os.environ["AVIFLOW_RUN_DIR"])
@@ -129,24 +132,35 @@ def beat(state):
     tmp.replace(beats / f"node-{{node}}.json")
 
 
-try:
-    done = int(progress.read_text())
-except (OSError, ValueError):
-    done = 0
 beat("running")
-while done < hold:
-    time.sleep(1)
-    done += 1
-    progress.write_text(str(done))
+try:
+    before = float(progress.read_text())
+except (OSError, ValueError):
+    before = 0.0
+when = subprocess.run(
+    ["{kubectl}", "--kubeconfig", "{kubeconfig}", "-n", "{namespace}", "get", "job",
+     f"{{run.name}}-a{{attempt}}", "-o", "jsonpath={{.status.startTime}}"],
+    capture_output=True, text=True,
+).stdout.strip()
+try:
+    admitted = datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+except ValueError:
+    admitted = time.time()
+while True:
+    done = before + time.time() - admitted
+    progress.write_text(f"{{done:.3f}}")
+    if done >= hold:
+        break
+    time.sleep(min(1.0, hold - done))
     beat("running")
 beat("exited")
 '''
 
 
 def time_limit(hold: int) -> int:
-    """A job's ``timeLimit`` (seconds): its hold, and room for its pod to start (counted from
-    its admission) even on a loaded machine."""
-    return hold + 5 + math.ceil(hold / 5)
+    """A job's ``timeLimit`` (seconds): its hold, and room for the controller to see its
+    end (and for a preempted attempt's last second of lost progress)."""
+    return hold + 3 + math.ceil(hold / 10)
 
 
 @dataclass
@@ -171,12 +185,14 @@ class Result:
 
 
 class Watcher:
-    """The namespace's TrainJobs (this process's clock): each one's state, and its first
-    expected start while queued."""
+    """The namespace's TrainJobs (this process's clock): each one's state, its first
+    expected start while queued, and when it was first seen past QUEUED (its realised
+    start, to the estimates; Kueue's admission times have whole seconds only)."""
 
     def __init__(self, api: client.ApiClient, ns: str) -> None:
         self.state: dict[str, str] = {}
         self.first: dict[str, tuple[float, Estimate]] = {}
+        self.started: dict[str, float] = {}
         self._lock = threading.Lock()
         custom = client.CustomObjectsApi(api)
         self.informer = Informer(
@@ -189,7 +205,9 @@ class Watcher:
         state = status.get("state") or "QUEUED"
         with self._lock:
             self.state[name] = state
-            if state == "QUEUED" and name not in self.first:
+            if state != "QUEUED":
+                self.started.setdefault(name, time.time())
+            elif name not in self.first:
                 est = Estimate.from_dict(status.get("expectedStart"))
                 if est is not None and est.never is None and est.low is not None:
                     self.first[name] = (time.time(), est)
@@ -236,7 +254,14 @@ def replay(
                 60, f"ClusterQueue {name} Active",
             )  # fmt: skip
     hold = d / "hold.py"
-    hold.write_text(HOLD.format(python=sys.executable))
+    hold.write_text(
+        HOLD.format(
+            python=sys.executable,
+            kubectl=cluster.kubectl_path,
+            kubeconfig=cluster.kubeconfig,
+            namespace=ns,
+        )
+    )
     hold.chmod(0o755)
     mounts = d / "mounts"
     raw = {
@@ -298,10 +323,12 @@ def replay(
         events = read_pages(store.get(job_id).events).items
         run = parse(job.team, job.gpus, [(e.type.value, e.time) for e in events])
         out[job_id] = run
-        first = watcher.first.get(job_id)
-        if first is not None and run.first_start is not None:
+        first, start = watcher.first.get(job_id), watcher.started.get(job_id)
+        if first is not None and start is not None:
             at, est = first
-            samples.append(Sample(at, est.low or at, est.high, run.first_start))
+            samples.append(Sample(at, est.low or at, est.high, start))
+    dump = [[s.at, s.low, s.high, s.started] for s in samples]
+    (d / "samples.json").write_text(json.dumps(dump))  # for --keep: at, low, high, started
     return Result(cfg, out, samples, lag, wall, dict(watcher.state))
 
 
