@@ -141,3 +141,9 @@ def bar_chart(
     c.rect(left, top, left + 1, bottom + 1, BLACK)
     c.rect(left, bottom, right, bottom + 1, BLACK)
     return c.png()
+
+
+if __name__ == "__main__":  # its examples
+    import doctest
+
+    raise SystemExit(doctest.testmod().failed)

@@ -194,3 +194,9 @@ def estimate_errors(samples: Iterable[Sample], floor: float) -> tuple[list[float
         point = s.low if s.high is None else s.high
         errors.append(round(abs(point - s.started) / waited, 9))
     return errors, short, within
+
+
+if __name__ == "__main__":  # its examples
+    import doctest
+
+    raise SystemExit(doctest.testmod().failed)

@@ -184,3 +184,9 @@ def replay_jobs(
         submit = round((r.submitted - t0) / 3600 * hour, 3)
         out.append(ReplayJob(f"r{i:04d}-{r.team}", r.team, submit, hold, nodes, per_node, r.gpus))
     return out
+
+
+if __name__ == "__main__":  # its examples
+    import doctest
+
+    raise SystemExit(doctest.testmod().failed)

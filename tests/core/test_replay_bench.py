@@ -60,7 +60,8 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
     rows = [row("a", 0.0, 7200.0, 1), row("b", 0.5, 60.0, 2)]
     trace.write(tmp_path / "s.csv", rows)
     assert trace.read(tmp_path / "s.csv") == rows
-    assert (tmp_path / "s.csv").read_text().splitlines()[1] == "2017-10-16 00:00:00,7200.0,1,7200.0,a"
+    first = (tmp_path / "s.csv").read_text().splitlines()[1]
+    assert first == "2017-10-16 00:00:00,7200.0,1,7200.0,a"
 
 
 def test_cut_keeps_a_window_of_some_teams_thinned_evenly() -> None:
@@ -203,3 +204,10 @@ def test_bar_chart_draws_each_configurations_bars() -> None:
     assert (w, h) == (300, 200)
     assert {bytes(red), bytes(blue), light_red} <= colors
     assert png.nice_step(9.0) == 2.0 and png.nice_step(math.inf) == 1.0
+
+
+@pytest.mark.parametrize("module", [trace, stats, png], ids=["trace", "stats", "png"])
+def test_the_modules_examples_hold(module: ModuleType) -> None:
+    import doctest
+
+    assert doctest.testmod(module).failed == 0
