@@ -29,7 +29,8 @@ class Run:
     """One job's measured life: seconds it waited in all (every QUEUED to the next
     admission), when it was submitted and first admitted, the ``(from, to)`` of each
     attempt's hold on its GPUs, the seconds held by each attempt that was preempted, and
-    its final state (None: not finished)."""
+    its final state (None: not finished); ``startup``: seconds from each attempt's admission
+    to its RUNNING (its pods up, beating)."""
 
     team: str
     gpus: int
@@ -39,6 +40,7 @@ class Run:
     held: list[tuple[float, float]] = field(default_factory=list)
     preempted: list[float] = field(default_factory=list)
     end: str | None = None
+    startup: list[float] = field(default_factory=list)  # admission -> RUNNING, per attempt
 
 
 def parse(team: str, gpus: int, events: Iterable[tuple[str, float]]) -> Run:
@@ -59,6 +61,8 @@ def parse(team: str, gpus: int, events: Iterable[tuple[str, float]]) -> Run:
             if run.first_start is None:
                 run.first_start = t
             since = t
+        elif kind == "RUNNING" and since is not None and len(run.startup) < len(run.held) + 1:
+            run.startup.append(max(0.0, t - since))
         if kind in ENDS:
             if since is not None:
                 run.held.append((since, t))

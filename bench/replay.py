@@ -22,7 +22,7 @@ counts) and checkpoints its progress every second in the job's run directory, so
 preempted job resumes where it stopped. The hold counts from the attempt's admission (its
 Workload's ``Admitted`` time, read with kubectl; whole seconds): a pod took 2-14 s to start on this
 loaded machine, which compression does not shrink, and would otherwise add hours of trace
-time to every job. Each job's ``timeLimit`` is its duration plus 10 s and a tenth (the
+time to every job. Each job's ``timeLimit`` is its duration plus 20 s and a tenth (the
 limit counts from admission too, and a pod that has not started by then fails): the only
 end the controller's estimates know of a running job (their ``high``), so they overshoot
 by about that margin: what a time limit with room costs an estimate. The node agent
@@ -170,8 +170,8 @@ beat("exited")
 
 def time_limit(hold: int) -> int:
     """A job's ``timeLimit`` (seconds, counted from its admission): its hold, and room for
-    its pod to start (2-9 s on this loaded machine) and for the controller to see its end."""
-    return hold + 10 + math.ceil(hold / 10)
+    its pod to start (2-14 s on this loaded machine) and for the controller to see its end."""
+    return hold + 20 + math.ceil(hold / 10)
 
 
 @dataclass
@@ -415,9 +415,12 @@ def main() -> int:
             results.append(replay(cluster, work, cfg, jobs, args))
             r = results[-1]
             bad = sum(s != "SUCCEEDED" for s in r.trainjobs.values())
+            up = [u for x in r.runs.values() for u in x.startup]
             print(
                 f"{cfg.name}: {r.wall:.0f} s, submissions late p90 "
-                f"{percentile(r.lag, 0.9):.2f} s, {bad} not succeeded", flush=True,
+                f"{percentile(r.lag, 0.9):.2f} s, {bad} not succeeded, admission -> "
+                f"running p50 {percentile(up, 0.5):.1f} s, p90 {percentile(up, 0.9):.1f} s",
+                flush=True,
             )  # fmt: skip
     finally:
         cluster.stop()

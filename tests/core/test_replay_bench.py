@@ -111,6 +111,7 @@ def test_parse_sums_every_wait_and_holding() -> None:
     run = stats.parse("a", 4, EVENTS)
     assert (run.submitted, run.first_start, run.wait, run.end) == (10.0, 14.0, 7.0, "SUCCEEDED")
     assert run.held == [(14.0, 20.0), (23.0, 30.0)] and run.preempted == [6.0]
+    assert run.startup == [1.0, 0.5]
     # Kueue's whole-second admission before the controller's fractional queue time: no wait
     assert stats.parse("b", 1, [("QUEUED", 5.4), ("STARTING", 5.0), ("FAILED", 9.0)]).wait == 0.0
     never = stats.parse("c", 1, [("QUEUED", 1.0), ("CANCELLED", 3.0)])
