@@ -19,10 +19,10 @@ often, compressed like the trace). Its pods are a stand-in for the trainer (``HO
 written to the work directory as the settings' ``python``): each holds its GPUs for the
 job's scaled duration, beats as the runtime does (so the job is RUNNING and its time limit
 counts) and checkpoints its progress every second in the job's run directory, so a
-preempted job resumes where it stopped. The hold counts from the attempt's admission (its
-Workload's ``Admitted`` time, read with kubectl; whole seconds): a pod took 2-14 s to start on this
-loaded machine, which compression does not shrink, and would otherwise add hours of trace
-time to every job. Each job's ``timeLimit`` is its duration plus 20 s and a tenth (the
+preempted job resumes where it stopped. The hold counts from the attempt's admission
+(its Workload's ``Admitted`` time, read with kubectl; whole seconds): a pod took 2-20 s to
+start on this loaded machine, which compression does not shrink, and would otherwise add
+hours of trace time to every job. Each job's ``timeLimit`` is its duration plus 20 s and a tenth (the
 limit counts from admission too, and a pod that has not started by then fails): the only
 end the controller's estimates know of a running job (their ``high``), so they overshoot
 by about that margin: what a time limit with room costs an estimate. The node agent
@@ -170,7 +170,7 @@ beat("exited")
 
 def time_limit(hold: int) -> int:
     """A job's ``timeLimit`` (seconds, counted from its admission): its hold, and room for
-    its pod to start (2-14 s on this loaded machine) and for the controller to see its end."""
+    its pod to start (2-20 s on this loaded machine) and for the controller to see its end."""
     return hold + 20 + math.ceil(hold / 10)
 
 
