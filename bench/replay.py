@@ -22,10 +22,10 @@ counts) and checkpoints its progress every second in the job's run directory, so
 preempted job resumes where it stopped. The hold counts from the attempt's admission
 (its Workload's ``Admitted`` time, read with kubectl; whole seconds): a pod took 2-20 s to
 start on this loaded machine, which compression does not shrink, and would otherwise add
-hours of trace time to every job. Each job's ``timeLimit`` is its duration plus 20 s and a tenth (the
-limit counts from admission too, and a pod that has not started by then fails): the only
-end the controller's estimates know of a running job (their ``high``), so they overshoot
-by about that margin: what a time limit with room costs an estimate. The node agent
+hours of trace time to every job. Each job's ``timeLimit`` is its duration plus 20 s and
+a tenth (the limit counts from admission too, and a pod that has not started by then
+fails): the only end the controller's estimates know of a running job (their ``high``), so
+they overshoot by about that margin: what a time limit with room costs an estimate. The node agent
 carried this load (one small process per pod; the real runtime would start accelerate and
 torch per pod, which 2 cores cannot do for this many jobs): no KWOK was needed.
 
