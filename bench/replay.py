@@ -3,12 +3,15 @@ same GPUs split per team (issue 26).
 
 The slice (``bench/data/philly-slice.csv``, its origin in ``bench/data/README.md``): 237
 jobs of 4 Philly virtual clusters on 16 October 2017; the virtual clusters are the teams.
-Time is compressed (``--hour`` seconds per trace hour, 3 by default: the day takes 72 s),
+Time is compressed (``--hour`` seconds per trace hour, 6 by default: the day takes 144 s),
 durations capped at ``--max-hours`` (6) trace hours and rounded to whole seconds (at least
 1); the pool's ``--pool`` GPUs (32: 4 fake HGX nodes) are split among the teams in
-proportion to their demand in the slice, and a job is capped at its team's share (8 GPUs a
-node; larger ones take whole nodes). ``--per-team N`` thins the slice further (every k-th
-job of a team), for a shorter run.
+proportion to their demand in the replayed jobs, and a job is capped at its team's share (8
+GPUs a node; larger ones take whole nodes). ``--per-team N`` thins the slice (every k-th
+job of a team): 30 by default (97 jobs), which took 9.9 min on 2 shared cores; the whole
+slice (``--per-team 75 --hour 3 --scan 0.83,0.67``) took more than 20 min there, its pods
+starting 14 s (p50) after admission on the loaded machine, and many jobs running into
+their time limits.
 
 Every job is a TrainJob submitted with ``KubernetesBackend`` at its scaled time to the test
 control plane (tests/cluster: kube-apiserver, etcd, Kueue 0.17 with fair sharing turned on,
@@ -53,7 +56,7 @@ fewer GPUs; median estimate error <= 20%. Quotas, the scan's sizes and the GPU-h
 preempted are as replayed (the shares of 32 GPUs), not the Philly cluster's.
 Also a PNG (``--png``): p50 (dark) and p90 (light) waits per team and configuration.
 
-    .venv/bin/python bench/replay.py [--per-team 75] [--hour 3] [--scan 0.83,0.67]
+    .venv/bin/python bench/replay.py [--per-team 30] [--hour 6] [--scan 0.67]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -377,11 +380,11 @@ def wait_table(results: list[Result], hour: float) -> tuple[str, dict[tuple[str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slice", type=Path, default=SLICE, help="a trace CSV")
-    parser.add_argument("--per-team", type=int, default=75, help="at most N jobs a team")
-    parser.add_argument("--hour", type=float, default=3.0, help="seconds per trace hour")
+    parser.add_argument("--per-team", type=int, default=30, help="at most N jobs a team")
+    parser.add_argument("--hour", type=float, default=6.0, help="seconds per trace hour")
     parser.add_argument("--max-hours", type=float, default=6.0, help="durations' cap (trace h)")
     parser.add_argument("--pool", type=int, default=32, help="GPUs (8 a node)")
-    parser.add_argument("--scan", default="0.83,0.67", help="smaller shared pools (fractions)")
+    parser.add_argument("--scan", default="0.67", help="smaller shared pools (fractions)")
     parser.add_argument("--forecast-tick", type=float, default=1.0, help="seconds")
     parser.add_argument("--floor", type=float, default=1.0, help="shortest wait rated (s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per configuration (s)")
