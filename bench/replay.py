@@ -9,8 +9,8 @@ durations capped at ``--max-hours`` (6) trace hours and rounded to whole seconds
 proportion to their demand in the replayed jobs, and a job is capped at its team's share (8
 GPUs a node; larger ones take whole nodes). ``--per-team N`` thins the slice (every k-th
 job of a team): 30 by default (97 jobs), which took 9.9 min on 2 shared cores; the whole
-slice (``--per-team 75 --hour 3 --scan 0.83,0.67``) took more than 20 min there, its pods
-starting 14 s (p50) after admission on the loaded machine, and many jobs running into
+slice (``--per-team 75 --hour 3 --scan 0.83,0.67``) took 26.8 min there, its pods
+starting 7-19 s (p50) after admission on the saturated machine, and many jobs running into
 their time limits.
 
 Every job is a TrainJob submitted with ``KubernetesBackend`` at its scaled time to the test
