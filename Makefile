@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for make test (0: one process); modules stay on one worker, longest first
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv demo test lint format sysdeps bench bench-admission bench-controller bench-gpu clean lock images images-clean
+.PHONY: venv demo test lint format sysdeps bench bench-admission bench-controller bench-replay bench-gpu clean lock images images-clean
 .PHONY: cache clean-cache
 .PHONY: hub labextension
 
@@ -118,6 +118,12 @@ bench-admission: venv
 BENCH_ARGS ?=
 bench-controller: venv
 	$(PY) bench/controller_history.py $(BENCH_ARGS)
+
+# a day of the Philly trace through Kueue: static split per team vs one shared pool, a scan of
+# pool sizes, the expected-start estimates' error; writes replay-waits.png (10 min on 2 cores;
+# BENCH_ARGS="--per-team 75 --hour 3 --scan 0.83,0.67": the whole slice, 20+ min)
+bench-replay: venv
+	$(PY) bench/replay.py $(BENCH_ARGS)
 
 # the GPU check, for a machine with NVIDIA GPUs (no test needs it; exit 2 without CUDA): the LLM
 # recipe on CUDA (FSDP, bf16, NCCL) through aviflow's runtime vs a bare accelerate launch,

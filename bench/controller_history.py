@@ -156,10 +156,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 class ControllerProcess:
-    """``python -m aviflow.operator`` (counted), started and stopped by this benchmark."""
+    """``python -m aviflow.operator`` (counted; ``script``: a wrapper of it), started and
+    stopped by this benchmark."""
 
     def __init__(
-        self, work: Path, kubeconfig: Path, resync: float, source: Path | None = None
+        self,
+        work: Path,
+        kubeconfig: Path,
+        resync: float,
+        source: Path | None = None,
+        script: Path = HERE / "_counted_controller.py",
     ) -> None:
         env = {**os.environ, "BENCH_COUNTS": str(work / "controller-counts.json")}
         if source is not None:  # another checkout's controller (--compare)
@@ -172,7 +178,7 @@ class ControllerProcess:
             mark = out.tell()  # this start's lines, not an earlier one's
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, str(HERE / "_counted_controller.py"),
+                    sys.executable, str(script),
                     "--settings", str(work / "settings.yaml"), "--kubeconfig", str(kubeconfig),
                     "--resync", str(resync), "--no-leader-elect",
                 ],

@@ -1,0 +1,486 @@
+"""A day of the public Philly trace replayed through real Kueue: one shared pool against the
+same GPUs split per team (issue 26).
+
+The slice (``bench/data/philly-slice.csv``, its origin in ``bench/data/README.md``): 237
+jobs of 4 Philly virtual clusters on 16 October 2017; the virtual clusters are the teams.
+Time is compressed (``--hour`` seconds per trace hour, 6 by default: the day takes 144 s),
+durations capped at ``--max-hours`` (6) trace hours and rounded to whole seconds (at least
+1); the pool's ``--pool`` GPUs (32: 4 fake HGX nodes) are split among the teams in
+proportion to their demand in the replayed jobs, and a job is capped at its team's share (8
+GPUs a node; larger ones take whole nodes). ``--per-team N`` thins the slice (every k-th
+job of a team): 30 by default (97 jobs), which took 9.9 min on 2 shared cores; the whole
+slice (``--per-team 75 --hour 3 --scan 0.83,0.67``) took 26.8 min there, its pods
+starting 7-19 s (p50) after admission on the saturated machine, and many jobs running into
+their time limits.
+
+Every job is a TrainJob submitted with ``KubernetesBackend`` at its scaled time to the test
+control plane (tests/cluster: kube-apiserver, etcd, Kueue 0.17 with fair sharing turned on,
+the fake HGX nodes of its node agent) and run by the controller (``python -m
+aviflow.operator`` in a process of its own; ``bench/_replay_controller.py``: its forecast
+re-estimates queued jobs every ``--forecast-tick`` second and reads ClusterQueues as
+often, compressed like the trace). Its pods are a stand-in for the trainer (``HOLD``,
+written to the work directory as the settings' ``python``): each holds its GPUs for the
+job's scaled duration, beats as the runtime does (so the job is RUNNING and its time limit
+counts) and checkpoints its progress every second in the job's run directory, so a
+preempted job resumes where it stopped. The hold counts from the attempt's admission
+(its Workload's ``Admitted`` time, read with kubectl; whole seconds): a pod took 2-20 s to
+start on this loaded machine, which compression does not shrink, and would otherwise add
+hours of trace time to every job. Each job's ``timeLimit`` is its duration plus 20 s and
+a tenth (the limit counts from admission too, and a pod that has not started by then
+fails): the only end the controller's estimates know of a running job (their ``high``), so
+they overshoot by about that margin: what a time limit with room costs an estimate. The node agent
+carried this load (one small process per pod; the real runtime would start accelerate and
+torch per pod, which 2 cores cannot do for this many jobs): no KWOK was needed.
+
+Configurations, on the same nodes, one after the other, each in a namespace of its own
+with a controller of its own:
+
+- **static**: each team a ClusterQueue of its share, no cohort (a DevBox each);
+- **shared**: the same nominal quotas in one cohort, unlimited borrowing, reclaim
+  preemption (``reclaimWithinCohort: Any``) and Kueue's fair sharing;
+- **shared N**: the shared pool at the fractions of ``--scan`` of the GPUs (quotas in the
+  same proportions): the scan for the pool size that matches the static split's p90 wait.
+
+Measured from each job's lifecycle events (the run store's; Kueue's admission times have
+whole seconds only): its queue wait (every wait for admission, a preempted job's too),
+its GPU holdings, preemptions and the GPU-hours the preempted attempts had held; and the
+expected start (``status.expectedStart``) read from its TrainJob the first time it is seen
+queued with one, against when its TrainJob was first seen past QUEUED. Printed in trace
+hours: per team and overall mean, p50 and p90 wait, GPU allocation over the busy window
+(first submission to last release; a team's against its nominal quota, so above 100% when
+it borrows), the matching pool size, the estimates' error (median and p90 of |high -
+started| / realised wait from the sample, for waits of at least ``--floor`` seconds; an
+unbounded estimate rated by its ``low``) and how many realised starts fell within the
+estimate's range. Targets: the shared pool reaches the static split's p90 wait with >= 1/3
+fewer GPUs; median estimate error <= 20%. Quotas, the scan's sizes and the GPU-hours
+preempted are as replayed (the shares of 32 GPUs), not the Philly cluster's.
+Also a PNG (``--png``): p50 (dark) and p90 (light) waits per team and configuration.
+
+    .venv/bin/python bench/replay.py [--per-team 30] [--hour 6] [--scan 0.67]
+
+Builds the test control plane on first use (see tests/cluster/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, images)
+import yaml
+from _png import bar_chart
+from _replay_stats import (
+    Run,
+    Sample,
+    allocation,
+    busy_window,
+    estimate_errors,
+    matching_gpus,
+    parse,
+    percentile,
+    preemption_cost,
+    summary,
+)
+from _replay_trace import ReplayJob, cut, quotas, read, replay_jobs, scaled
+from admission import _true
+from aviflow_pool import install_crd, pool_objects, run_store_volume
+from controller_history import ControllerProcess
+from kubernetes import client
+
+from aviflow.backends.kubernetes import KubernetesBackend
+from aviflow.bundle import build_bundle
+from aviflow.estimate import Estimate
+from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.operator._informer import Informer
+from aviflow.paging import read_pages
+from aviflow.spec import TrainJob
+from aviflow.store import RunStore
+from aviflow_testcluster import Cluster, wait_for
+
+HERE = Path(__file__).resolve().parent
+SLICE = HERE / "data" / "philly-slice.csv"
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
+HOLD = '''#!{python} -S
+"""A trainer pod's stand-in (bench/replay.py): holds its GPUs until its job has held them
+BENCH_HOLD seconds since admission (its Workload's, whole seconds), over all attempts:
+progress is checkpointed each second, so a preempted job resumes. Beats as the runtime does."""
+import datetime, json, os, re, subprocess, time
+from pathlib import Path
+
+run = Path(os.environ["AVIFLOW_RUN_DIR"])
+node = int(os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("AVIFLOW_NODE_RANK") or 0)
+attempt = int(os.environ["AVIFLOW_ATTEMPT"])
+spec = run / "code" / ".aviflow-job.yaml"  # the runtime's copy (job.yaml is not mounted)
+hold = int(re.search(r"BENCH_HOLD: '?([0-9]+)", spec.read_text()).group(1))
+data = run / "data" if (run / "data").is_dir() else run
+beats = data / "heartbeats"
+beats.mkdir(parents=True, exist_ok=True)
+progress = data / f"bench-progress-{{node}}"
+
+
+def beat(state):
+    body = {{"node": node, "attempt": attempt, "pid": os.getpid(), "time": time.time(),
+            "state": state}}
+    tmp = beats / f".node-{{node}}.{{os.getpid()}}"
+    tmp.write_text(json.dumps(body))
+    tmp.replace(beats / f"node-{{node}}.json")
+
+
+beat("running")
+try:
+    before = float(progress.read_text())
+except (OSError, ValueError):
+    before = 0.0
+owner = f"{{run.name}}-a{{attempt}}"  # this attempt's Job: its Workload's admission
+path = (
+    f'{{{{range .items[?(@.metadata.ownerReferences[0].name=="{{owner}}")]}}}}'
+    '{{.status.conditions[?(@.type=="Admitted")].lastTransitionTime}}{{end}}'
+)
+when = subprocess.run(
+    ["{kubectl}", "--kubeconfig", "{kubeconfig}", "-n", "{namespace}", "get", "workloads",
+     "-o", f"jsonpath={{path}}"],
+    capture_output=True, text=True,
+).stdout.strip()
+try:
+    admitted = datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+except ValueError:
+    admitted = time.time()
+while True:
+    done = before + time.time() - admitted
+    progress.write_text(f"{{done:.3f}}")
+    if done >= hold:
+        break
+    time.sleep(min(1.0, hold - done))
+    beat("running")
+beat("exited")
+'''
+
+
+def time_limit(hold: int) -> int:
+    """A job's ``timeLimit`` (seconds, counted from its admission): its hold, and room for
+    its pod to start (2-20 s on this loaded machine) and for the controller to see its end."""
+    return hold + 20 + math.ceil(hold / 10)
+
+
+@dataclass
+class Config:
+    name: str
+    quotas: dict[str, int]
+    shared: bool
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.quotas.values())
+
+
+@dataclass
+class Result:
+    config: Config
+    runs: dict[str, Run]
+    samples: list[Sample]
+    lag: list[float]  # seconds each submission was late
+    wall: float
+    trainjobs: dict[str, str] = field(default_factory=dict)  # job -> final state
+
+
+class Watcher:
+    """The namespace's TrainJobs (this process's clock): each one's state, its first
+    expected start while queued, and when it was first seen past QUEUED (its realised
+    start, to the estimates; Kueue's admission times have whole seconds only)."""
+
+    def __init__(self, api: client.ApiClient, ns: str) -> None:
+        self.state: dict[str, str] = {}
+        self.first: dict[str, tuple[float, Estimate]] = {}
+        self.started: dict[str, float] = {}
+        self._lock = threading.Lock()
+        custom = client.CustomObjectsApi(api)
+        self.informer = Informer(
+            "trainjobs", custom.list_namespaced_custom_object, self._cr, resync=3600,
+            group=GROUP, version=VERSION, namespace=ns, plural=PLURAL,
+        )  # fmt: skip
+
+    def _cr(self, obj: dict[str, Any]) -> None:
+        name, status = obj["metadata"]["name"], obj.get("status") or {}
+        state = status.get("state") or "QUEUED"
+        with self._lock:
+            self.state[name] = state
+            if state != "QUEUED":
+                self.started.setdefault(name, time.time())
+            elif name not in self.first:
+                est = Estimate.from_dict(status.get("expectedStart"))
+                if est is not None and est.never is None and est.low is not None:
+                    self.first[name] = (time.time(), est)
+
+    def finished(self, names: list[str]) -> int:
+        with self._lock:
+            return sum(self.state.get(n) in FINISHED for n in names)
+
+
+def enable_fair_sharing(cluster: Cluster) -> None:
+    """Kueue restarted with fair sharing (its Configuration's ``fairSharing``)."""
+    path = cluster.workdir / "kueue.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]}
+    path.write_text(yaml.safe_dump(cfg))
+    cluster.kill("kueue")
+    cluster.restart("kueue")
+
+
+def replay(
+    cluster: Cluster, work: Path, cfg: Config, jobs: list[ReplayJob], args: argparse.Namespace
+) -> Result:
+    """``jobs`` submitted at their times to a pool configured as ``cfg``, until all end."""
+    d = work / cfg.name.replace(" ", "-")
+    d.mkdir()
+    ns = cluster.create_namespace()
+    runs = d / "runs"
+    runs.mkdir()
+    prefix = f"rp{uuid.uuid4().hex[:6]}"
+    cohort = {"cohort": f"{prefix}-pool"} if cfg.shared else {}
+    teams = {f"team-{t}": {"gpus": q, **cohort} for t, q in cfg.quotas.items()}
+    objects = pool_objects(prefix, ns, teams) + run_store_volume(ns, str(runs), f"{prefix}-runs")
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+    api = cluster.api_client()
+    custom = client.CustomObjectsApi(api)
+
+    def active(name: str) -> bool:
+        cq = custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", name)
+        return _true(cq, "Active")
+
+    for o in objects:
+        if o["kind"] == "ClusterQueue":
+            name = o["metadata"]["name"]
+            wait_for(lambda name=name: active(name), 60, f"ClusterQueue {name} Active")
+    hold = d / "hold.py"
+    hold.write_text(
+        HOLD.format(
+            python=sys.executable,
+            kubectl=cluster.kubectl_path,
+            kubeconfig=cluster.kubeconfig,
+            namespace=ns,
+        )
+    )
+    hold.chmod(0o755)
+    mounts = d / "mounts"
+    raw = {
+        "namespace": ns, "python": str(hold), "image": "aviflow/trainer:bench",
+        "runs": {"localPath": str(runs), "mountPath": str(mounts / "runs")},
+        "scratch": [str(mounts / "tmp"), str(mounts / "home")],
+    }  # fmt: skip
+    (d / "settings.yaml").write_text(yaml.safe_dump(raw))
+    backend = KubernetesBackend(ClusterSettings.from_dict(raw), api=api)
+    watcher = Watcher(api, ns)
+    watcher.informer.start()
+    if not watcher.informer.wait_synced(60):
+        raise TimeoutError("the TrainJob watcher did not sync")
+    os.environ["BENCH_QUEUED_TICK"] = str(args.forecast_tick)
+    ctl = ControllerProcess(d, cluster.kubeconfig, 30.0, script=HERE / "_replay_controller.py")
+    ids: dict[str, ReplayJob] = {}
+    lag: list[float] = []
+    lock = threading.Lock()
+
+    def submit(job: ReplayJob, due: float) -> None:
+        spec = TrainJob.from_dict({
+            "metadata": {"name": job.name},
+            "spec": {
+                "queue": f"team-{job.team}", "nodes": job.nodes,
+                "gpusPerNode": job.gpus_per_node, "command": ["true"], "maxRestarts": 0,
+                "timeLimit": f"{time_limit(job.hold)}s",
+                "env": {"BENCH_HOLD": str(job.hold)},
+            },
+        })  # fmt: skip
+        late = time.time() - due
+        job_id = backend.submit(spec, build_bundle(spec))
+        with lock:
+            ids[job_id] = job
+            lag.append(late)
+
+    started = time.time()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            futures = []
+            for job in jobs:
+                due = started + job.submit
+                time.sleep(max(0.0, due - time.time()))
+                futures.append(pool.submit(submit, job, due))
+            for f in futures:
+                f.result()
+        wait_for(
+            lambda: watcher.finished(list(ids)) == len(jobs), args.timeout,
+            lambda: f"{cfg.name}: {len(jobs)} jobs finished ({watcher.finished(list(ids))})",
+            interval=1.0,
+        )  # fmt: skip
+        wall = time.time() - started
+    finally:
+        ctl.stop()
+        watcher.informer.stop()
+    store = RunStore(runs)
+    out: dict[str, Run] = {}
+    samples: list[Sample] = []
+    for job_id, job in ids.items():
+        events = read_pages(store.get(job_id).events).items
+        run = parse(job.team, job.gpus, [(e.type.value, e.time) for e in events])
+        out[job_id] = run
+        first, start = watcher.first.get(job_id), watcher.started.get(job_id)
+        if first is not None and start is not None:
+            at, est = first
+            samples.append(Sample(at, est.low or at, est.high, start))
+    dump = [[s.at, s.low, s.high, s.started] for s in samples]
+    (d / "samples.json").write_text(json.dumps(dump))  # for --keep: at, low, high, started
+    return Result(cfg, out, samples, lag, wall, dict(watcher.state))
+
+
+# -- the report ------------------------------------------------------------------------------------
+def _h(v: float) -> str:
+    return "—" if math.isnan(v) else f"{v:.2f}"
+
+
+def wait_table(results: list[Result], hour: float) -> tuple[str, dict[tuple[str, str], Any]]:
+    """Per configuration, team and overall: waits (trace hours), allocation, preemptions;
+    and each (group, configuration)'s (p50, p90) for the chart."""
+    lines = [
+        "| configuration | GPUs | team | quota | jobs | mean wait h | p50 h | p90 h "
+        "| allocation | preemptions | GPU-h preempted |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    chart: dict[tuple[str, str], Any] = {}
+    for r in results:
+        runs = list(r.runs.values())
+        window = busy_window(runs)
+        teams = sorted(r.config.quotas)
+        for team in [*teams, "all"]:
+            mine = runs if team == "all" else [x for x in runs if x.team == team]
+            s = summary([x.wait for x in mine]).scaled(hour)
+            quota = r.config.gpus if team == "all" else r.config.quotas[team]
+            n, cost = preemption_cost(mine)
+            lines.append(
+                f"| {r.config.name} | {r.config.gpus} | {team} | {quota} | {s.n} | "
+                f"{_h(s.mean)} | {_h(s.p50)} | {_h(s.p90)} | "
+                f"{allocation(mine, quota, window):.0%} | {n} | {cost / hour:.1f} |"
+            )
+            chart[(team, r.config.name)] = (s.p50, s.p90)
+    return "\n".join(lines), chart
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slice", type=Path, default=SLICE, help="a trace CSV")
+    parser.add_argument("--per-team", type=int, default=30, help="at most N jobs a team")
+    parser.add_argument("--hour", type=float, default=6.0, help="seconds per trace hour")
+    parser.add_argument("--max-hours", type=float, default=6.0, help="durations' cap (trace h)")
+    parser.add_argument("--pool", type=int, default=32, help="GPUs (8 a node)")
+    parser.add_argument("--scan", default="0.67", help="smaller shared pools (fractions)")
+    parser.add_argument("--forecast-tick", type=float, default=1.0, help="seconds")
+    parser.add_argument("--floor", type=float, default=1.0, help="shortest wait rated (s)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="per configuration (s)")
+    parser.add_argument("--png", type=Path, default=Path("replay-waits.png"))
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    rows = read(args.slice)
+    teams = sorted({r.team for r in rows})
+    rows = cut(rows, rows[0].submitted, math.inf, teams, args.per_team)
+    team_quotas = quotas(rows, args.pool, args.max_hours)
+    jobs = replay_jobs(rows, team_quotas, args.hour, args.max_hours)
+    fractions = [float(f) for f in args.scan.split(",") if f.strip()]
+    configs = [Config("static", team_quotas, False), Config("shared", team_quotas, True)]
+    configs += [
+        Config(f"shared {sum(q.values())}", q, True)
+        for q in (scaled(team_quotas, f) for f in fractions)
+    ]
+    print(
+        f"{len(jobs)} jobs of {len(teams)} teams, {args.hour:g} s per trace hour, pool "
+        f"{args.pool} GPUs, quotas {team_quotas}", flush=True,
+    )  # fmt: skip
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cluster stops (finally)
+    work = Path(tempfile.mkdtemp(prefix="aviflow-bench-replay-"))
+    t0 = time.monotonic()
+    cluster = Cluster.start(work / "cluster", host_mode=True, hgx_nodes=math.ceil(args.pool / 8))
+    results: list[Result] = []
+    try:
+        install_crd(cluster)
+        enable_fair_sharing(cluster)
+        for cfg in configs:
+            results.append(replay(cluster, work, cfg, jobs, args))
+            r = results[-1]
+            bad = sum(s != "SUCCEEDED" for s in r.trainjobs.values())
+            up = [u for x in r.runs.values() for u in x.startup]
+            print(
+                f"{cfg.name}: {r.wall:.0f} s, submissions late p90 "
+                f"{percentile(r.lag, 0.9):.2f} s, {bad} not succeeded, admission -> "
+                f"running p50 {percentile(up, 0.5):.1f} s, p90 {percentile(up, 0.9):.1f} s",
+                flush=True,
+            )  # fmt: skip
+    finally:
+        cluster.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    report(results, args)
+    print(f"(the whole run: {(time.monotonic() - t0) / 60:.1f} min)", flush=True)
+    return 0
+
+
+def report(results: list[Result], args: argparse.Namespace) -> None:
+    table, chart = wait_table(results, args.hour)
+    print(table)
+    static = next(r for r in results if r.config.name == "static")
+    target = summary([x.wait for x in static.runs.values()]).p90
+    points = [
+        (r.config.gpus, summary([x.wait for x in r.runs.values()]).p90)
+        for r in results if r.config.shared
+    ]  # fmt: skip
+    gpus, how = matching_gpus(points, target)
+    print(
+        "\nshared pool p90 wait by GPUs: "
+        + ", ".join(f"{g}: {p / args.hour:.2f} h" for g, p in sorted(points))
+        + f"; static split ({static.config.gpus} GPUs): {target / args.hour:.2f} h"
+    )
+    met = gpus is not None and gpus <= static.config.gpus * 2 / 3
+    print(
+        f"matching pool: {'—' if gpus is None else f'{gpus:.1f}'} GPUs ({how}); "
+        f"target (<= {static.config.gpus * 2 / 3:.1f}): {'met' if met else 'not met'}"
+    )
+    print(
+        f"\n| configuration | sampled | waited < {args.floor:g} s | rated | median abs err / wait "
+        "| p90 | within range |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    everything: list[float] = []
+    for r in results:
+        errors, short, within = estimate_errors(r.samples, args.floor)
+        everything += errors
+        n = len(r.samples)
+        print(
+            f"| {r.config.name} | {n} | {short} | {len(errors)} | {percentile(errors, 0.5):.0%} | "
+            f"{percentile(errors, 0.9):.0%} | {within / n if n else math.nan:.0%} |"
+        )
+    median = percentile(everything, 0.5)
+    print(
+        f"estimates, all configurations: median {median:.0%}, p90 "
+        f"{percentile(everything, 0.9):.0%} of {len(everything)}; target (<= 20%): "
+        f"{'met' if median <= 0.2 else 'not met'}"
+    )
+    groups = [*sorted(static.config.quotas), "all"]
+    series = [(r.config.name, COLORS[i % len(COLORS)]) for i, r in enumerate(results)]
+    args.png.write_bytes(
+        bar_chart("QUEUE WAIT (TRACE HOURS): P50 DARK, P90 LIGHT", groups, series, chart)
+    )
+    print(f"chart: {args.png}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

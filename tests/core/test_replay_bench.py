@@ -1,0 +1,214 @@
+"""The pure parts of ``bench/replay.py`` (issue 26): the trace slice cut, split and compressed,
+the statistics of waits, holdings, preemptions and estimates, the pool-size scan, and the
+PNG it writes. The replay itself runs on the test control plane as a benchmark only."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import struct
+import sys
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+trace = _load("_replay_trace")
+stats = _load("_replay_stats")
+png = _load("_png")
+T0 = 1508112000.0  # 2017-10-16 00:00:00 UTC
+
+
+def row(team: str, hours: float, duration: float, gpus: int) -> object:
+    return trace.TraceRow(team, T0 + hours * 3600, duration, gpus)
+
+
+# -- the trace ---------------------------------------------------------------------------------------
+def test_the_shipped_slice_is_what_its_readme_says() -> None:
+    rows = trace.read(BENCH / "data" / "philly-slice.csv")
+    assert len(rows) == 237
+    counts = {t: sum(r.team == t for r in rows) for t in ("6c71a0", "6214e9", "ed69ec", "11cb48")}
+    assert sum(counts.values()) == 237 and max(counts.values()) <= 75
+    assert all(T0 <= r.submitted < T0 + 86400 for r in rows)
+    assert trace.quotas(rows, 32, 6.0) == {"11cb48": 5, "6214e9": 6, "6c71a0": 7, "ed69ec": 14}
+
+
+def test_read_rejects_a_malformed_trace(tmp_path: Path) -> None:
+    bad = tmp_path / "t.csv"
+    bad.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-16 00:00:00,5,0,0,a\n")
+    with pytest.raises(ValueError, match="0 GPUs"):
+        trace.read(bad)
+    bad.write_text("when,duration\n")
+    with pytest.raises(ValueError, match="columns"):
+        trace.read(bad)
+
+
+def test_write_then_read_round_trips(tmp_path: Path) -> None:
+    rows = [row("a", 0.0, 7200.0, 1), row("b", 0.5, 60.0, 2)]
+    trace.write(tmp_path / "s.csv", rows)
+    assert trace.read(tmp_path / "s.csv") == rows
+    first = (tmp_path / "s.csv").read_text().splitlines()[1]
+    assert first == "2017-10-16 00:00:00,7200.0,1,7200.0,a"
+
+
+def test_cut_keeps_a_window_of_some_teams_thinned_evenly() -> None:
+    rows = [row("a", h, 60.0, 1) for h in range(10)] + [row("b", 1, 60.0, 1), row("c", 2, 1, 1)]
+    got = trace.cut(rows, T0 + 3600, 8, ["a", "b"], 3)
+    # a: hours 1..8 (8 jobs) thinned every 3rd: 1, 4, 7; b: its one job
+    assert [(r.team, (r.submitted - T0) / 3600) for r in got] == [
+        ("a", 1.0), ("b", 1.0), ("a", 4.0), ("a", 7.0),
+    ]  # fmt: skip
+
+
+def test_quotas_split_the_pool_by_capped_demand() -> None:
+    # a: 8 GPUs capped at a node's 8, 10 h capped at 6 -> 48; b: 2 x 3 h = 6; c: nothing much
+    rows = [row("a", 0, 36000.0, 16), row("b", 0, 10800.0, 2), row("c", 0, 36.0, 1)]
+    assert trace.quotas(rows, 20, 6.0) == {"a": 17, "b": 2, "c": 1}
+    assert trace.split(7, {"x": 0.0, "y": 0.0}) == {"x": 4, "y": 3}
+    with pytest.raises(ValueError, match="cannot give"):
+        trace.split(1, {"x": 1.0, "y": 1.0})
+
+
+def test_scaled_quotas_keep_their_proportions() -> None:
+    q = {"a": 14, "b": 7, "c": 6, "d": 5}
+    assert trace.scaled(q, 0.67) == {"a": 9, "b": 5, "c": 4, "d": 3}
+    assert sum(trace.scaled(q, 0.5).values()) == 16
+
+
+def test_replay_jobs_compress_time_cap_durations_and_shape_for_the_quota() -> None:
+    rows = [row("a", 0, 30 * 3600, 32), row("b", 2, 100.0, 4), row("a", 1, 5400.0, 3)]
+    jobs = trace.replay_jobs(rows, {"a": 16, "b": 2}, hour=4.0, max_hours=6.0)
+    assert [(j.name, j.submit, j.hold, j.nodes, j.gpus_per_node, j.trace_gpus) for j in jobs] == [
+        ("r0000-a", 0.0, 24, 2, 8, 32),  # 6 h cap x 4 s; 16 of 32 GPUs: 2 whole nodes
+        ("r0001-a", 4.0, 6, 1, 3, 3),  # 1.5 h x 4 s
+        ("r0002-b", 8.0, 1, 1, 2, 4),  # 100 s -> 0.11 s -> at least 1; capped at b's 2
+    ]
+    assert trace.replay_jobs([], {}, 4.0) == []
+
+
+# -- statistics --------------------------------------------------------------------------------------
+EVENTS = [
+    ("QUEUED", 10.0), ("STARTING", 14.0), ("RUNNING", 15.0), ("USAGE", 16.0),
+    ("PREEMPTED", 20.0), ("QUEUED", 20.0), ("STARTING", 23.0), ("RUNNING", 23.5),
+    ("SUCCEEDED", 30.0),
+]  # fmt: skip
+
+
+def test_parse_sums_every_wait_and_holding() -> None:
+    run = stats.parse("a", 4, EVENTS)
+    assert (run.submitted, run.first_start, run.wait, run.end) == (10.0, 14.0, 7.0, "SUCCEEDED")
+    assert run.held == [(14.0, 20.0), (23.0, 30.0)] and run.preempted == [6.0]
+    assert run.startup == [1.0, 0.5]
+    # Kueue's whole-second admission before the controller's fractional queue time: no wait
+    assert stats.parse("b", 1, [("QUEUED", 5.4), ("STARTING", 5.0), ("FAILED", 9.0)]).wait == 0.0
+    never = stats.parse("c", 1, [("QUEUED", 1.0), ("CANCELLED", 3.0)])
+    assert (never.first_start, never.held, never.end) == (None, [], "CANCELLED")
+
+
+def test_summary_percentiles_interpolate() -> None:
+    assert stats.summary([4.0, 1.0, 3.0, 2.0, 10.0]) == stats.Summary(5, 4.0, 3.0, 7.6)
+    assert stats.summary([2.0]).scaled(2.0) == stats.Summary(1, 1.0, 1.0, 1.0)
+    assert math.isnan(stats.summary([]).p90) and math.isnan(stats.percentile([], 0.5))
+
+
+def test_allocation_and_preemption_cost_over_the_busy_window() -> None:
+    runs = [stats.parse("a", 4, EVENTS), stats.parse("b", 2, [("QUEUED", 0.0),
+            ("STARTING", 0.0), ("SUCCEEDED", 40.0)])]  # fmt: skip
+    window = stats.busy_window(runs)
+    assert window == (0.0, 40.0)
+    # a: 4 x (6 + 7) = 52, b: 2 x 40 = 80 GPU-seconds of 8 x 40
+    assert stats.allocation(runs, 8, window) == pytest.approx(132 / 320)
+    assert stats.allocation(runs[:1], 4, (20.0, 25.0)) == pytest.approx(2 / 5)
+    assert math.isnan(stats.allocation(runs, 8, None))
+    assert stats.preemption_cost(runs) == (1, 24.0)
+    assert stats.busy_window([stats.parse("c", 1, [("QUEUED", 1.0)])]) is None
+
+
+def test_matching_gpus_scans_for_the_static_p90() -> None:
+    scan = [(32, 2.0), (27, 3.0), (21, 5.0), (16, 9.0)]
+    assert stats.matching_gpus(scan, 5.0) == (21.0, "interpolated")
+    assert stats.matching_gpus(scan, 4.0) == (24.0, "interpolated")
+    # noise: 21 meets it but 27 does not; only from 32 on is every size good
+    assert stats.matching_gpus([(32, 2.0), (27, 6.0), (21, 5.0)], 5.5) == (27.625, "interpolated")
+    assert stats.matching_gpus(scan, 10.0) == (16.0, "at most")
+    assert stats.matching_gpus(scan, 1.0) == (None, "not reached")
+
+
+def test_estimate_errors_rate_the_high_bound_against_the_realised_wait() -> None:
+    samples = [
+        stats.Sample(at=100.0, low=100.0, high=110.0, started=108.0),  # |110-108| / 8
+        stats.Sample(at=0.0, low=2.0, high=None, started=6.0),  # unbounded: low, 4 / 6
+        stats.Sample(at=50.0, low=50.0, high=60.0, started=70.0),  # late: 10 / 20, outside
+        stats.Sample(at=5.0, low=5.0, high=5.0, started=5.5),  # waited < floor
+    ]
+    errors, short, within = stats.estimate_errors(samples, floor=1.0)
+    assert (errors, short, within) == ([0.25, 0.666666667, 0.5], 1, 2)
+
+
+# -- the chart ---------------------------------------------------------------------------------------
+def _decode(data: bytes) -> tuple[int, int, bytes]:
+    """Width, height and the raw RGB rows of a PNG that :mod:`_png` wrote (checking every
+    chunk's CRC and that each row has filter 0)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    at, chunks = 8, {}
+    while at < len(data):
+        (n,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + n]
+        assert struct.unpack(">I", data[at + 8 + n : at + 12 + n])[0] == zlib.crc32(kind + body)
+        chunks[kind] = body
+        at += 12 + n
+    w, h, depth, color, *_ = struct.unpack(">IIBBBBB", chunks[b"IHDR"])
+    assert (depth, color) == (8, 2) and b"IEND" in chunks
+    raw = zlib.decompress(chunks[b"IDAT"])
+    assert all(raw[y * (3 * w + 1)] == 0 for y in range(h))
+    return w, h, b"".join(raw[y * (3 * w + 1) + 1 : (y + 1) * (3 * w + 1)] for y in range(h))
+
+
+def test_canvas_pixels_and_text() -> None:
+    c = png.Canvas(5, 3)
+    c.rect(1, 1, 9, 2, (1, 2, 3))  # clipped at the right edge
+    w, h, px = _decode(c.png())
+    assert (w, h) == (5, 3)
+    assert px[3 * 5 : 6 * 5] == bytes(png.WHITE) + bytes((1, 2, 3)) * 4
+    t = png.Canvas(8, 5)
+    assert t.text(0, 0, "1", scale=1) == 4
+    _, _, px = _decode(t.png())
+    # "1": rows 010, 110, 010, 010, 111
+    ink = [[px[(y * 8 + x) * 3] == 0 for x in range(3)] for y in range(5)]
+    assert ink == [[False, True, False], [True, True, False], [False, True, False],
+                   [False, True, False], [True, True, True]]  # fmt: skip
+
+
+def test_bar_chart_draws_each_configurations_bars() -> None:
+    red, blue = (200, 0, 0), (0, 0, 200)
+    data = png.bar_chart(
+        "T", ["a", "all"], [("static", red), ("shared", blue)],
+        {("a", "static"): (1.0, 4.0), ("a", "shared"): (0.5, 1.0), ("all", "static"): (2, 3)},
+        width=300, height=200,
+    )  # fmt: skip
+    w, h, px = _decode(data)
+    colors = {px[i : i + 3] for i in range(0, len(px), 3)}
+    light_red = bytes(255 - (255 - c) // 3 for c in red)
+    assert (w, h) == (300, 200)
+    assert {bytes(red), bytes(blue), light_red} <= colors
+    assert png.nice_step(9.0) == 2.0 and png.nice_step(math.inf) == 1.0
+
+
+@pytest.mark.parametrize("module", [trace, stats, png], ids=["trace", "stats", "png"])
+def test_the_modules_examples_hold(module: ModuleType) -> None:
+    import doctest
+
+    assert doctest.testmod(module).failed == 0
