@@ -51,10 +51,13 @@ DRY_RUN_ID = "(this job)"  # a job not submitted yet, in a dry run's forecast
 _MAX_COUNT = 1 << 31  # a larger count in a status file is not believed
 
 
+_LAST_TIME = 253402300000.0  # 9999-12-31, a minute before :func:`datetime.fromtimestamp` ends
+
+
 def _time(v: object) -> bool:
-    """A time as a status file may hold it: null, or finite Unix seconds."""
+    """A time as a status file may hold it: null, or Unix seconds a date can show."""
     return v is None or (
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= _LAST_TIME
     )
 
 

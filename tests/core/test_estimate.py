@@ -149,7 +149,12 @@ def test_an_estimate_crosses_the_wire_and_a_malformed_one_is_dropped() -> None:
     assert back.wait == wait and back.expected_start == Estimate("", 10.0, None, None, ("x",))
     # what a job could have written in its status file: no estimate rather than a wrong one
     for bad in ({"low": "soon"}, {"low": float("nan"), "high": None}, {"low": -1, "high": 2},
-                {"low": 1, "high": 2, "assumed": "x"}, [1, 2], {"low": True, "high": None}):  # fmt: skip
+                {"low": 1, "high": 2, "assumed": "x"}, [1, 2], {"low": True, "high": None},
+                {"low": 1e300, "high": None}, {"low": 1, "high": float("inf")}):  # fmt: skip
         assert JobStatus.from_dict({"state": "QUEUED", "expectedStart": bad}).expected_start is None
+    # the latest time a date can show still reads and writes (the ``window`` column)
+    last = JobStatus.from_dict({"expectedStart": {"low": 253402300000, "high": None}})
+    assert last.expected_start is not None
+    assert last.to_dict()["expectedStart"]["window"] == "12-31T23:47Z.."
     assert JobStatus.from_dict({"wait": {**wire["wait"], "ahead": -1}}).wait is None
     assert JobStatus.from_dict({"wait": {**wire["wait"], "quota": 1e30}}).wait is None
