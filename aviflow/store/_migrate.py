@@ -37,7 +37,15 @@ def flat_job(path: Path) -> tuple[float, RunDir, dict[str, Any]] | None:
     data = old.read_json(old.meta_path, {})
     if not isinstance(data, dict):
         return None
-    return float(data.get("submitted") or 0.0), old, data
+    return _seconds(data.get("submitted")), old, data
+
+
+def _seconds(value: object) -> float:
+    """A legacy ``submitted`` time, or 0 where it is not a finite number of seconds (a job of
+    an earlier version could write its own meta file: it may hold anything)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11:
+        return float(value)
+    return 0.0
 
 
 def flat_jobs(root: Path) -> list[tuple[float, RunDir, dict[str, Any]]]:
@@ -66,8 +74,9 @@ def migrate(store: RunStore) -> list[str]:
     index, oldest first; the ids moved. Running it again moves nothing more; two processes
     running it at once move each job once (the one that links its id moves it)."""
     moved = []
-    for _, old, data in flat_jobs(store.root):
-        user = str(data.get("user") or "unknown")
+    for submitted, old, data in flat_jobs(store.root):
+        user = data.get("user")
+        user = user if isinstance(user, str) and user else "unknown"
         home = store.user_dir(user)
         home.mkdir(exist_ok=True)
         store.index_dir.mkdir(exist_ok=True)
@@ -82,8 +91,6 @@ def migrate(store: RunStore) -> list[str]:
         }
         atomic_write(old.meta_path, json.dumps(meta, indent=2))
         os.rename(old.path, home / old.id)
-        append_line(
-            store.index_log, {"id": old.id, "user": home.name, "time": meta.get("submitted", 0)}
-        )
+        append_line(store.index_log, {"id": old.id, "user": home.name, "time": submitted})
         moved.append(old.id)
     return moved

@@ -150,3 +150,19 @@ def test_the_local_backend_moves_its_legacy_store_in_when_made(tmp_path: Path) -
     ]
     assert (tmp_path / "ada" / "old-1" / "job.yaml").is_file()
     assert (tmp_path / "old-3" / "job.yaml").is_file()
+
+
+def test_a_legacy_meta_file_of_any_shape_moves_in_and_stops_no_one(tmp_path: Path) -> None:
+    """A job of an earlier version could write its own meta file: whatever it holds there, the
+    migration (run by the controller at start-up) moves the job once, ordered as time 0."""
+    _legacy(tmp_path, "old-1", "ada", 10.0, "SUCCEEDED")
+    hostile = _legacy(tmp_path, "old-0", "bob", 0.0, "FAILED")
+    meta = json.loads((hostile / "meta.json").read_text())
+    (hostile / "meta.json").write_text(json.dumps({**meta, "submitted": "soon", "user": ["x"]}))
+    assert RunStore(tmp_path).migrate_legacy() == ["old-0", "old-1"]
+    assert os.readlink(tmp_path / ".ids" / "old-0") == "../unknown/old-0"
+    lines = (tmp_path / ".ids.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"id": "old-0", "user": "unknown", "time": 0.0},
+        {"id": "old-1", "user": "ada", "time": 10.0},
+    ]
