@@ -310,9 +310,8 @@ def load_nvml() -> Any:
         import pynvml
     except ImportError:
         _say(
-            "NVML: pynvml is not installed here (it comes with nvidia-ml-py: "
-            ".venv/bin/pip install nvidia-ml-py); the NVML readings are skipped and nvidia-smi's "
-            "alone are shown"
+            "NVML: pynvml is not installed here (nvidia-ml-py, in the lock's train extra: "
+            "make venv); the NVML readings are skipped and nvidia-smi's alone are shown"
         )
         return None
     try:

@@ -98,7 +98,7 @@ def _cpu_seconds() -> float:
 def nvml_reader(index: int) -> Callable[[], dict[str, Any]] | None:
     """A function reading GPU ``index``'s use through NVML, or None without NVML or GPU."""
     try:
-        import pynvml  # type: ignore[import-not-found,unused-ignore]  # nvidia-ml-py, optional
+        import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py (train extra)
 
         pynvml.nvmlInit()
         if index >= pynvml.nvmlDeviceGetCount():

@@ -37,6 +37,7 @@ from aviflow.usage import (
     IdlePolicy,
     Sample,
     UsageSettings,
+    Watched,
     is_idle,
     parse_sample,
     read_samples,
@@ -201,8 +202,10 @@ def test_watch_records_use_every_interval_and_flags_an_idle_attempt_once(tmp_pat
     assert found.events[1].data == {"kind": "cpu", "below": 5.0, "after": 60.0, "action": "cancel"}
     assert found.cancel == found.events[1].message
     log += found.events
-    found = watch(run, log, 1, 0.0, 2, settings, now=150.0)
-    assert found.events == ()  # samples older than 3 intervals are no current use
+    # every later pass asks for the cancel again, records nothing more
+    assert watch(run, log, 1, 0.0, 2, settings, now=61.0) == Watched((), found.events[1].message)
+    assert watch(run, log, 1, 0.0, 2, settings, now=150.0).cancel == found.events[1].message
+    assert watch(run, log, 2, 0.0, 2, settings, now=150.0).cancel is None  # next attempt
 
 
 def test_flag_only_flags(tmp_path) -> None:
@@ -214,6 +217,8 @@ def test_flag_only_flags(tmp_path) -> None:
     assert [e.type for e in found.events] == [EventType.USAGE, EventType.IDLE]
     assert found.events[1].message == "idle: CPU utilization under 5% for 60 s; flagged"
     assert found.cancel is None
+    log = [_use(30.0, 0.0), *found.events]
+    assert watch(run, log, 1, 0.0, 1, settings, now=150.0) == Watched()  # a stale sample: no use
 
 
 def test_a_sample_file_that_is_not_one_is_skipped(tmp_path) -> None:
@@ -244,8 +249,8 @@ def test_the_samplers_arithmetic() -> None:
 
 
 class FakeNvml:
-    """NVML as ``nvidia-ml-py`` shows it, for two GPUs: no GPU here (and no package in the
-    lock), so the reader's arithmetic is checked against this stand-in."""
+    """NVML as ``nvidia-ml-py`` shows it, for two GPUs: no GPU here, so the reader's
+    arithmetic is checked against this stand-in (the real package: test_nvml.py)."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
