@@ -255,8 +255,13 @@ def watch(
 ) -> Watched:
     """One pass of a driver's use check for a running ``attempt`` whose log is ``events``:
     a ``USAGE`` event once ``settings.interval`` has passed since the last one (or the
-    attempt's start), then an ``IDLE`` event if the idle rule holds (once per attempt)."""
+    attempt's start), then an ``IDLE`` event if the idle rule holds (once per attempt). Once
+    the rule flagged the attempt to be cancelled, every later pass returns that cancel again
+    (the controller rebuilds its lifecycle from the status each pass and would forget it)."""
     now = time.time() if now is None else now
+    cancel = idle_cancel(events, attempt)
+    if cancel is not None:  # asked again each pass: a driver may keep no memory of the ask
+        return Watched(cancel=cancel)
     mine = [
         e for e in events if e.attempt == attempt and e.type in (EventType.USAGE, EventType.IDLE)
     ]
@@ -290,3 +295,10 @@ def flagged_idle(events: Sequence[Event], attempt: int) -> Event | None:
     return next(
         (e for e in reversed(events) if e.type is EventType.IDLE and e.attempt == attempt), None
     )
+
+
+def idle_cancel(events: Sequence[Event], attempt: int) -> str | None:
+    """The cancel message of the attempt's ``IDLE`` event when the rule's action was to
+    cancel (written by the driver, never by the job), else None."""
+    flag = flagged_idle(events, attempt)
+    return flag.message if flag is not None and flag.data.get("action") == "cancel" else None

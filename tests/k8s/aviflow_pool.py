@@ -217,6 +217,7 @@ class Pool:
         teams: dict[str, dict[str, Any]],
         images: list[dict[str, Any]],
         team_namespaces: dict[str, str] | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         import uuid
 
@@ -238,6 +239,7 @@ class Pool:
                 "queueNamespaces": {q: ns for q, ns in (team_namespaces or {}).items()},
                 "images": images,  # pods run in the built trainer image, as uid 1000
                 "runs": {"localPath": str(root)},
+                **(settings or {}),
             }
         )
         self.api = cluster.api_client()
@@ -337,7 +339,8 @@ def make_pool(
     trainer_images: list[dict[str, Any]],
 ) -> Any:
     """``make_pool(teams={"vision": {"gpus": 8}}, controller=True) -> Pool``: its pods run
-    in the built trainer image, in a namespace that enforces Pod Security ``restricted``."""
+    in the built trainer image, in a namespace that enforces Pod Security ``restricted``
+    (``settings``: more of the backend's settings, such as ``usage``)."""
     k8s_namespace = restricted_namespace
     pools: list[Pool] = []
     made: list[str] = []  # the teams' own namespaces
@@ -346,6 +349,7 @@ def make_pool(
         teams: dict[str, dict[str, Any]] | None = None,
         controller: bool = True,
         own_namespaces: bool = False,
+        settings: dict[str, Any] | None = None,
     ) -> Pool:
         teams = teams or {"default": {"gpus": 8}}
         root = tmp_path / f"runs{len(pools)}"
@@ -354,7 +358,7 @@ def make_pool(
         if own_namespaces:  # one per team, enforcing `restricted` too; deleted afterwards
             spaces = {t: crd_installed.create_namespace(labels=RESTRICTED) for t in teams}
             made.extend(spaces.values())
-        pool = Pool(crd_installed, k8s_namespace, root, teams, trainer_images, spaces)
+        pool = Pool(crd_installed, k8s_namespace, root, teams, trainer_images, spaces, settings)
         pools.append(pool)
         if controller:
             pool.start_controller()
