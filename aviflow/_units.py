@@ -1,4 +1,5 @@
-"""Durations (``4h``, ``1h30m``) and Kubernetes resource quantities (``64Gi``, ``500m``)."""
+"""Durations (``4h``, ``1h30m``), Kubernetes resource quantities (``64Gi``, ``500m``) and the
+Unix times a file may hold."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import re
 _DURATION_PART = re.compile(r"(\d+)(d|h|m|s)")
 DURATION = re.compile(r"^(\d+(d|h|m|s))+$")
 _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+# 9999-12-31, a minute before :func:`datetime.fromtimestamp` ends: a later time cannot be shown
+LAST_TIME = 253402300000.0
 
 _QUANTITY = re.compile(r"^(\d+(\.\d+)?)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 _FACTOR = {
@@ -71,3 +75,15 @@ def parse_bytes(value: str | int) -> int:
     if number < 0 or number != int(number):
         raise ValueError(f"{value!r} is not a whole number of bytes")
     return int(number)
+
+
+def is_unix_time(value: object) -> bool:
+    """Whether ``value`` is Unix seconds a date can show (0 up to :data:`LAST_TIME`), as a
+    time read from a file must be before it is used: not a bool, a string, NaN or 1e300.
+
+    >>> [is_unix_time(v) for v in (0, 1.7e9, -1, 1e300, float("nan"), True, "1")]
+    [True, True, False, False, False, False, False]
+    """
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= LAST_TIME
+    )

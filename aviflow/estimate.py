@@ -44,21 +44,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aviflow._units import format_duration
+from aviflow._units import format_duration, is_unix_time
 
 UNKNOWN = math.inf  # a release with no known end
 DRY_RUN_ID = "(this job)"  # a job not submitted yet, in a dry run's forecast
 _MAX_COUNT = 1 << 31  # a larger count in a status file is not believed
 
 
-_LAST_TIME = 253402300000.0  # 9999-12-31, a minute before :func:`datetime.fromtimestamp` ends
-
-
 def _time(v: object) -> bool:
     """A time as a status file may hold it: null, or Unix seconds a date can show."""
-    return v is None or (
-        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= _LAST_TIME
-    )
+    return v is None or is_unix_time(v)
 
 
 def _count(v: object) -> bool:

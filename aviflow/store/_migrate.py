@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aviflow._units import is_unix_time
 from aviflow.errors import StoreNeedsMigration
 from aviflow.names import is_dns1123_label
 from aviflow.store._files import append_line, atomic_write, is_file
@@ -43,9 +44,7 @@ def flat_job(path: Path) -> tuple[float, RunDir, dict[str, Any]] | None:
 def _seconds(value: object) -> float:
     """A legacy ``submitted`` time, or 0 where it is not a finite number of seconds (a job of
     an earlier version could write its own meta file: it may hold anything)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11:
-        return float(value)
-    return 0.0
+    return float(value) if is_unix_time(value) else 0.0  # type: ignore[arg-type]
 
 
 def flat_jobs(root: Path) -> list[tuple[float, RunDir, dict[str, Any]]]:
@@ -84,8 +83,10 @@ def migrate(store: RunStore) -> list[str]:
             os.symlink(f"../{home.name}/{old.id}", store.index_dir / old.id)
         except FileExistsError:
             continue
-        meta = {
+        meta = {  # what the job's own meta held, with the owner and time as read here
             **data,
+            "user": user,
+            "submitted": submitted,
             "id": old.id,
             "codeHash": data.get("codeHash", data.get("code_hash", "")),
         }

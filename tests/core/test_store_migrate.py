@@ -14,7 +14,7 @@ import pytest
 from aviflow.cli import main
 from aviflow.errors import StoreNeedsMigration
 from aviflow.spec import TrainJob
-from aviflow.store import RunStore
+from aviflow.store import RunDir, RunStore
 
 JOB = TrainJob.from_dict({"metadata": {"name": "tiny"}, "spec": {"script": "print(1)"}})
 
@@ -166,3 +166,5 @@ def test_a_legacy_meta_file_of_any_shape_moves_in_and_stops_no_one(tmp_path: Pat
         {"id": "old-0", "user": "unknown", "time": 0.0},
         {"id": "old-1", "user": "ada", "time": 10.0},
     ]
+    moved = RunDir(RunStore(tmp_path).locate("old-0") or tmp_path)
+    assert (moved.meta().user, moved.meta().submitted) == ("unknown", 0.0)
