@@ -202,7 +202,10 @@ class Event:
 _STATUS_ORDER = ("state", "attempt", "message", "updated", "queue_position", "expected_start")
 
 
-@wire.record(order=(*_STATUS_ORDER, "wait", "failure"))
+@wire.record(
+    order=(*_STATUS_ORDER, "wait", "failure"),
+    doc="A job's current status (status.json, GET /jobs/{id}/status, the TrainJob's status)",
+)
 @dataclass(frozen=True)
 class JobStatus:
     """A job's current status (``status.json``); the keys are listed in the module doc."""
