@@ -514,17 +514,29 @@ def _compile(cls: type) -> _Codec:
     )
 
 
+_ENCODE: dict[type, Callable[[Any], dict[str, Any]]] = {}  # the compiled functions, by class
+_DECODE: dict[type, Callable[[Any], Any]] = {}
+
+
 def to_wire(obj: Any) -> dict[str, Any]:
     """The record's wire form (a dict of JSON values)."""
-    return _codec(type(obj)).encode(obj)
+    try:
+        encode = _ENCODE[obj.__class__]
+    except KeyError:
+        encode = _ENCODE[obj.__class__] = _codec(type(obj)).encode
+    return encode(obj)
 
 
 def from_wire(cls: type[T], d: Mapping[str, Any], *, strict: bool = False) -> T:
     """The record ``cls`` read from its wire form (:class:`WireError` where it cannot be;
     see the module doc for ``strict``)."""
-    codec = _codec(cls)
-    found: T = (codec.decode_strict if strict else codec.decode)(d)
-    return found
+    if strict:
+        return typing.cast(T, _codec(cls).decode_strict(d))
+    try:
+        decode = _DECODE[cls]
+    except KeyError:
+        decode = _DECODE[cls] = _codec(cls).decode
+    return typing.cast(T, decode(d))
 
 
 def from_wire_or_none(cls: type[T], d: object, *, strict: bool = False) -> T | None:
