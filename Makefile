@@ -113,6 +113,7 @@ bench: venv
 	$(PY) bench/launch.py
 	$(PY) bench/rank_exit.py
 	$(PY) bench/hostile_reads.py
+	$(PY) bench/wire.py
 
 # aviflow-api under N users' sidebars and panels, behind the real hub and proxy
 bench-load: venv
