@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for make test (0: one process); modules stay on one worker, longest first
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv demo test lint format sysdeps bench bench-admission bench-controller bench-replay bench-gpu clean lock images images-clean
+.PHONY: generate venv demo test lint format sysdeps bench bench-admission bench-controller bench-replay bench-gpu clean lock images images-clean
 .PHONY: cache clean-cache
 .PHONY: hub labextension
 
@@ -88,6 +88,15 @@ test: venv labextension sysdeps lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 --tb=short \
 	  $(PYTEST_ARGS)
 
+# Every generated file, from the definitions it is derived from (a test fails while one is
+# stale): the records' OpenAPI schemas, TypeScript types and samples (aviflow.wire_gen), the
+# TrainJob CRD (spec model + JobStatus), the spec's flag table, the chart's schema and docs.
+generate: venv
+	$(PY) -m aviflow.wire_gen
+	$(PY) -m aviflow.k8s.crd > aviflow/k8s/trainjobs.aviflow.dev.yaml
+	$(PY) -m aviflow.spec_flags > aviflow/spec_flags.json
+	$(PY) -m aviflow_hub.chart helm/aviflow
+
 # ruff (lint and format) on everything, mypy --strict on the core package (pyproject.toml)
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -104,6 +113,7 @@ bench: venv
 	$(PY) bench/launch.py
 	$(PY) bench/rank_exit.py
 	$(PY) bench/hostile_reads.py
+	$(PY) bench/wire.py
 
 # aviflow-api under N users' sidebars and panels, behind the real hub and proxy
 bench-load: venv

@@ -4,31 +4,32 @@ waiting jobs as the backends report them; re-exported by :mod:`aviflow.records`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from aviflow import wire
+from aviflow.wire import meta
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
-
+@wire.record()
 @dataclass(frozen=True)
 class PendingJob:
     """A job waiting in a queue, as a queue listing shows it."""
 
     id: str
-    user: str
+    user: str = field(metadata=meta(missing=""))
     position: int
     gpus: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "user": self.user, "position": self.position, "gpus": self.gpus}
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PendingJob:
-        return cls(str(d["id"]), str(d.get("user") or ""), int(d["position"]), int(d["gpus"]))
+        return wire.from_wire(cls, d)
 
 
+@wire.record(order=("queue", "team"))
 @dataclass(frozen=True)
 class QueueQuota:
     """A queue's GPU quota and what it holds now (local backend, aviflow-api, Kueue).
@@ -42,28 +43,18 @@ class QueueQuota:
     gpus_in_use: int = 0
     pending_count: int = 0
     team: str | None = None
-    borrowed: int = 0
+    borrowed: int = field(
+        default=0,
+        metadata=meta(
+            doc="GPUs held beyond the quota (from the cohort), as the backend last reported "
+            "them (Kueue's ClusterQueue status; 0 elsewhere)"
+        ),
+    )
     pending: tuple[PendingJob, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "team": self.team,
-            "gpuQuota": self.gpu_quota,
-            "gpusInUse": self.gpus_in_use,
-            "pendingCount": self.pending_count,
-            "borrowed": self.borrowed,
-            "pending": [p.to_dict() for p in self.pending],
-        }
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> QueueQuota:
-        return cls(
-            queue=str(d["queue"]),
-            gpu_quota=_opt_int(d.get("gpuQuota")),
-            gpus_in_use=int(d.get("gpusInUse") or 0),
-            pending_count=int(d.get("pendingCount") or 0),
-            team=d.get("team"),
-            borrowed=int(d.get("borrowed") or 0),
-            pending=tuple(PendingJob.from_dict(p) for p in d.get("pending") or ()),
-        )
+        return wire.from_wire(cls, d)

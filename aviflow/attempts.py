@@ -36,10 +36,11 @@ before, so a reader that keeps them only reads the events that are new.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from aviflow import wire
 from aviflow.records import Event, EventType, FailureInfo, JobMeta, JobStatus, JobSummary
 
 if TYPE_CHECKING:
@@ -66,9 +67,11 @@ class JobInfo:
     name: str = ""
 
 
+@wire.record(keys="snake")
 @dataclass(frozen=True)
 class AttemptRecord:
-    """One attempt of one job: the ledger's row, and the unit of usage."""
+    """One attempt of one job: the ledger's row, and the unit of usage. Its wire form (the
+    ledger's columns, ``GET /usage?by=attempt``) keeps the fields' names as keys."""
 
     job_id: str
     attempt: int
@@ -110,7 +113,11 @@ class AttemptRecord:
         return self.gpus * self.allocated_seconds(now)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return wire.to_wire(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AttemptRecord:
+        return wire.from_wire(cls, d)
 
 
 @dataclass(frozen=True)

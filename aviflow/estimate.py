@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aviflow import wire
 from aviflow._units import format_duration, is_unix_time
+from aviflow.wire import meta
 
 UNKNOWN = math.inf  # a release with no known end
 DRY_RUN_ID = "(this job)"  # a job not submitted yet, in a dry run's forecast
@@ -98,6 +100,33 @@ class Waiting:
     runs_for: tuple[float, float] = (0.0, UNKNOWN)
 
 
+def _window(est: Estimate) -> str:
+    return est.window()
+
+
+def _text(v: object) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _list(v: object) -> bool:
+    return isinstance(v, list | tuple)
+
+
+@wire.record(
+    name="ExpectedStart",
+    doc="When a waiting job is expected to start (aviflow/estimate.py), while QUEUED",
+    order=("low", "high", "window", "never", "now", "assumed"),
+    computed={
+        "window": wire.Computed(
+            _window,
+            str,
+            omit="empty",
+            doc="The range in UTC, one word: now, never, 12-03T22:58..23:05Z, "
+            "12-03T22:58Z.. (no later bound)",
+        )
+    },
+    invalid="none",
+)
 @dataclass(frozen=True)
 class Estimate:
     """When job ``id`` is expected to start (absolute seconds): between ``low`` and ``high``
@@ -105,12 +134,21 @@ class Estimate:
     forbids it in an empty pool (then ``low`` and ``high`` are None); ``now``: it fits at
     once. ``assumed``: what the estimate takes for granted, for its reader."""
 
-    id: str
-    low: float | None
-    high: float | None
-    never: str | None = None
-    assumed: tuple[str, ...] = ()
-    now: bool = False
+    id: str = field(metadata=meta(wire=False, missing=""))
+    low: float | None = field(metadata=meta(check=_time, doc="Unix time, the earliest"))
+    high: float | None = field(
+        metadata=meta(check=_time, doc="Unix time, the latest (null: no bound)")
+    )
+    never: str | None = field(
+        default=None,
+        metadata=meta(
+            omit="none", check=_text, clip=500, doc="The limit that forbids it in an empty pool"
+        ),
+    )
+    assumed: tuple[str, ...] = field(
+        default=(), metadata=meta(omit="empty", check=_list, clip=10, item_clip=300)
+    )
+    now: bool = field(default=False, metadata=meta(omit="empty", doc="It fits at once"))
 
     def window(self) -> str:
         """The start as absolute UTC times, one word (a ``kubectl get trainjobs`` column,
@@ -140,38 +178,13 @@ class Estimate:
         return f"{low}..{high[6:] if same_day else high}Z"
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"low": self.low, "high": self.high}
-        window = self.window()
-        if window:
-            out["window"] = window
-        if self.never is not None:
-            out["never"] = self.never
-        if self.now:
-            out["now"] = True
-        if self.assumed:
-            out["assumed"] = list(self.assumed)
-        return out
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: object) -> Estimate | None:
         """The estimate in a status file or an answer (None where it is absent or malformed:
         a reader shows no estimate rather than a wrong one)."""
-        if not isinstance(d, Mapping):
-            return None
-        low, high, never = d.get("low"), d.get("high"), d.get("never")
-        if not all(_time(v) for v in (low, high)) or not (never is None or isinstance(never, str)):
-            return None
-        assumed = d.get("assumed") or []
-        if not isinstance(assumed, list):
-            return None
-        return cls(
-            "",
-            None if low is None else float(low),
-            None if high is None else float(high),
-            None if never is None else never[:500],
-            tuple(str(a)[:300] for a in assumed[:10]),
-            now=d.get("now") is True,
-        )
+        return wire.from_wire_or_none(cls, d)
 
 
 def _utc(t: float) -> str:
@@ -349,6 +362,14 @@ def estimate(
     return out
 
 
+def _queue_name(v: object) -> bool:
+    return isinstance(v, str)
+
+
+_COUNT = meta(check=_count)
+
+
+@wire.record(doc="The numbers behind a wait, while QUEUED", invalid="none")
 @dataclass(frozen=True)
 class WaitNumbers:
     """Why a job waits, in numbers its owner may see (no other team's job names): its queue's
@@ -356,35 +377,23 @@ class WaitNumbers:
     GPUs idle in the cohort that it could borrow (``lendable``), and the jobs ahead of it in
     its own queue (``ahead``) with their GPUs (``ahead_gpus``)."""
 
-    queue: str
-    quota: int
-    holds: int
-    borrowed: int
-    lendable: int
-    ahead: int
-    ahead_gpus: int
+    queue: str = field(metadata=meta(check=_queue_name, clip=253))
+    quota: int = field(metadata=_COUNT)
+    holds: int = field(metadata=meta(check=_count, doc="GPUs its queue holds now"))
+    borrowed: int = field(metadata=meta(check=_count, doc="of which beyond its quota"))
+    lendable: int = field(
+        metadata=meta(check=_count, doc="GPUs idle in its cohort it could borrow")
+    )
+    ahead: int = field(metadata=meta(check=_count, doc="jobs ahead of it in its queue"))
+    ahead_gpus: int = field(metadata=_COUNT)
 
     @classmethod
     def from_dict(cls, d: object) -> WaitNumbers | None:
         """The numbers in a status file or an answer (None where absent or malformed)."""
-        if not isinstance(d, Mapping):
-            return None
-        keys = ("quota", "holds", "borrowed", "lendable", "ahead", "aheadGpus")
-        values = [d.get(k) for k in keys]
-        if not isinstance(d.get("queue"), str) or not all(_count(v) for v in values):
-            return None
-        return cls(str(d["queue"])[:253], *(int(v) for v in values))  # type: ignore[arg-type]
+        return wire.from_wire_or_none(cls, d)
 
-    def to_dict(self) -> dict[str, int | str]:
-        return {
-            "queue": self.queue,
-            "quota": self.quota,
-            "holds": self.holds,
-            "borrowed": self.borrowed,
-            "lendable": self.lendable,
-            "ahead": self.ahead,
-            "aheadGpus": self.ahead_gpus,
-        }
+    def to_dict(self) -> dict[str, Any]:
+        return wire.to_wire(self)
 
 
 def wait_numbers(

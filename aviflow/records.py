@@ -1,10 +1,14 @@
 """The typed records that cross every boundary: process, file, HTTP and ledger.
 
 Each record has one serialization, ``to_dict()`` / ``from_dict()``, used in the run store's
-files (``status.json``, ``events.jsonl``, ``failures/*.json``), on aviflow-api's wire and
-by the ledger. Keys are camelCase, as in the TrainJob spec and Kubernetes objects.
-``from_dict`` ignores keys it does not know (a newer writer may add some) and never
-guesses a missing required one.
+files (``status.json``, ``events.jsonl``, ``failures/*.json``), on aviflow-api's wire, by
+the ledger and in the TrainJob's status. Both are derived from the record's definition by
+:mod:`aviflow.wire` (the fields' metadata says what a type and a default cannot), and so
+are aviflow-api's OpenAPI schemas, the CRD's status schema and the JupyterLab extension's
+TypeScript types (``make generate``). Keys are camelCase, as in the TrainJob spec and
+Kubernetes objects. ``from_dict`` ignores keys it does not know (a newer writer may add
+some), never guesses a missing required one and raises :class:`aviflow.wire.WireError` (a
+ValueError) for a value it cannot read.
 
 The status keys (``status.json``, ``GET /jobs/{id}/status``; see :class:`JobStatus`)::
 
@@ -34,9 +38,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from aviflow import wire
 from aviflow._queue_records import PendingJob as PendingJob  # re-exported
 from aviflow._queue_records import QueueQuota as QueueQuota  # re-exported
 from aviflow.estimate import Estimate, WaitNumbers
+from aviflow.wire import meta
 
 
 class JobState(StrEnum):
@@ -110,14 +116,10 @@ _COMM_TEXT = re.compile(
 )
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+_UNSET = meta(omit="empty")  # left out of the wire form when None or empty
 
 
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
+@wire.record()
 @dataclass(frozen=True)
 class FailureInfo:
     """Why a rank (or a node) failed: written by a rank that raised (``failures/``), and, for
@@ -127,16 +129,21 @@ class FailureInfo:
     or empty when only an exit code is known (then ``logTail`` has the node's last output).
     """
 
-    rank: int | None = None
-    node: int | None = None
+    rank: int | None = field(default=None, metadata=_UNSET)
+    node: int | None = field(default=None, metadata=_UNSET)
     attempt: int = 0
-    exception: str = ""
-    message: str = ""
-    traceback: str = ""
-    exit_code: int | None = None
-    log_tail: str = ""
-    time: float | None = None
-    pid: int | None = None
+    exception: str = field(
+        default="", metadata=meta(omit="empty", doc="Exception class, 'Signal', or empty")
+    )
+    message: str = field(default="", metadata=_UNSET)
+    traceback: str = field(default="", metadata=_UNSET)
+    exit_code: int | None = field(
+        default=None,
+        metadata=meta(omit="empty", aliases=["exit_code"]),  # snake: before 0.2
+    )
+    log_tail: str = field(default="", metadata=meta(omit="empty", aliases=["log_tail"]))
+    time: float | None = field(default=None, metadata=_UNSET)
+    pid: int | None = field(default=None, metadata=_UNSET)
 
     def is_communication_error(self) -> bool:
         """A consequence of a peer failing (gloo/NCCL errors), not a root cause."""
@@ -160,45 +167,23 @@ class FailureInfo:
         return self.traceback or self.log_tail
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "rank": self.rank,
-            "node": self.node,
-            "attempt": self.attempt,
-            "exception": self.exception,
-            "message": self.message,
-            "traceback": self.traceback,
-            "exitCode": self.exit_code,
-            "logTail": self.log_tail,
-            "time": self.time,
-            "pid": self.pid,
-        }
-        return {k: v for k, v in out.items() if v is not None and v != ""}
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FailureInfo:
-        return cls(
-            rank=_opt_int(d.get("rank")),
-            node=_opt_int(d.get("node")),
-            attempt=int(d.get("attempt") or 0),
-            exception=str(d.get("exception") or ""),
-            message=str(d.get("message") or ""),
-            traceback=str(d.get("traceback") or ""),
-            exit_code=_opt_int(d.get("exitCode", d.get("exit_code"))),  # snake: before 0.2
-            log_tail=str(d.get("logTail") or d.get("log_tail") or ""),
-            time=_opt_float(d.get("time")),
-            pid=_opt_int(d.get("pid")),
-        )
+        return wire.from_wire(cls, d)
 
 
+@wire.record(order=("type", "attempt", "time"))
 @dataclass(frozen=True)
 class Event:
     """One line of a job's append-only event log."""
 
     type: EventType
     attempt: int = 0
-    message: str = ""
-    time: float = field(default_factory=time.time)
-    data: dict[str, Any] = field(default_factory=dict)
+    message: str = field(default="", metadata=_UNSET)
+    time: float = field(default_factory=time.time, metadata=meta(required=True))
+    data: dict[str, Any] = field(default_factory=dict, metadata=_UNSET)
 
     @property
     def failure(self) -> FailureInfo | None:
@@ -207,94 +192,71 @@ class Event:
         return FailureInfo.from_dict(found) if isinstance(found, Mapping) else None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type.value, "attempt": self.attempt, "time": self.time}
-        if self.message:
-            out["message"] = self.message
-        if self.data:
-            out["data"] = self.data
-        return out
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Event:
-        return cls(
-            type=EventType(d["type"]),
-            attempt=int(d.get("attempt") or 0),
-            message=str(d.get("message") or ""),
-            time=float(d["time"]),
-            data=dict(d.get("data") or {}),
-        )
+        return wire.from_wire(cls, d)
 
 
+_STATUS_ORDER = ("state", "attempt", "message", "updated", "queue_position", "expected_start")
+
+
+@wire.record(
+    order=(*_STATUS_ORDER, "wait", "failure"),
+    doc="A job's current status (status.json, GET /jobs/{id}/status, the TrainJob's status)",
+)
 @dataclass(frozen=True)
 class JobStatus:
     """A job's current status (``status.json``); the keys are listed in the module doc."""
 
     state: JobState = JobState.QUEUED
-    attempt: int = 0
-    message: str = ""
-    updated: float | None = None
-    queue_position: int | None = None
-    failure: FailureInfo | None = None
-    expected_start: Estimate | None = None
-    wait: WaitNumbers | None = None
+    attempt: int = field(
+        default=0,
+        metadata=meta(minimum=0, doc="0 while first queued, then 1, 2, ... (one per admission)"),
+    )
+    message: str = field(default="", metadata=_UNSET)
+    updated: float | None = field(default=None, metadata=meta(omit="none", doc="Unix time"))
+    queue_position: int | None = field(
+        default=None, metadata=meta(omit="none", minimum=1, doc="1-based, while QUEUED")
+    )
+    failure: FailureInfo | None = field(
+        default=None, metadata=meta(omit="none", doc="The first failing rank of a FAILED job")
+    )
+    expected_start: Estimate | None = field(
+        default=None,
+        metadata=meta(omit="none", doc="While QUEUED, when it is expected to start"),
+    )
+    wait: WaitNumbers | None = field(
+        default=None,
+        metadata=meta(omit="none", doc="While QUEUED, the numbers behind its wait"),
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"state": self.state.value, "attempt": self.attempt}
-        if self.message:
-            out["message"] = self.message
-        if self.updated is not None:
-            out["updated"] = self.updated
-        if self.queue_position is not None:
-            out["queuePosition"] = self.queue_position
-        if self.expected_start is not None:
-            out["expectedStart"] = self.expected_start.to_dict()
-        if self.wait is not None:
-            out["wait"] = self.wait.to_dict()
-        if self.failure is not None:
-            out["failure"] = self.failure.to_dict()
-        return out
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobStatus:
-        failure = d.get("failure")
-        return cls(
-            state=JobState(d.get("state") or JobState.QUEUED),
-            attempt=int(d.get("attempt") or 0),
-            message=str(d.get("message") or ""),
-            updated=_opt_float(d.get("updated")),
-            queue_position=_opt_int(d.get("queuePosition")),
-            failure=FailureInfo.from_dict(failure) if isinstance(failure, Mapping) else None,
-            expected_start=Estimate.from_dict(d.get("expectedStart")),
-            wait=WaitNumbers.from_dict(d.get("wait")),
-        )
+        return wire.from_wire(cls, d)
 
 
+@wire.record()
 @dataclass(frozen=True, order=True)
 class CheckpointRef:
     """A complete checkpoint: which job, which step. Where it lives is the reader's business
     (``RunStore.checkpoint_path(ref)`` against the reader's own mount of the run store)."""
 
-    job_id: str
+    job_id: str = field(metadata=meta(key="job"))
     step: int
-    time: float | None = field(default=None, compare=False)
-    attempt: int | None = field(default=None, compare=False)
+    time: float | None = field(default=None, compare=False, metadata=meta(omit="none"))
+    attempt: int | None = field(default=None, compare=False, metadata=meta(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"job": self.job_id, "step": self.step}
-        if self.time is not None:
-            out["time"] = self.time
-        if self.attempt is not None:
-            out["attempt"] = self.attempt
-        return out
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CheckpointRef:
-        return cls(
-            job_id=str(d["job"]),
-            step=int(d["step"]),
-            time=_opt_float(d.get("time")),
-            attempt=_opt_int(d.get("attempt")),
-        )
+        return wire.from_wire(cls, d)
 
 
 @dataclass(frozen=True)
@@ -305,6 +267,7 @@ class Owner:
     team: str | None = None
 
 
+@wire.record()
 @dataclass(frozen=True)
 class TrainerImage:
     """A trainer image a job may run in: an entry of the configured list (``--image NAME``)
@@ -316,28 +279,24 @@ class TrainerImage:
     (torch, accelerate, aviflow), by distribution name.
     """
 
-    name: str
-    image: str = ""
-    lock_hash: str = ""
-    packages: Mapping[str, str] = field(default_factory=dict)
+    name: str = field(metadata=meta(missing="", doc="What --image picks it by"))
+    image: str = field(
+        default="",
+        metadata=meta(
+            doc="The reference pods pull ('' for the local backend: this machine's Python)"
+        ),
+    )
+    lock_hash: str = field(default="", metadata=meta(doc="The dependency lock it was built from"))
+    packages: Mapping[str, str] = field(
+        default_factory=dict, metadata=meta(doc="torch, accelerate and aviflow versions")
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "image": self.image,
-            "lockHash": self.lock_hash,
-            "packages": dict(self.packages),
-        }
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainerImage:
-        packages = d.get("packages") or {}
-        return cls(
-            name=str(d.get("name") or ""),
-            image=str(d.get("image") or ""),
-            lock_hash=str(d.get("lockHash") or ""),
-            packages={str(k): str(v) for k, v in packages.items()},
-        )
+        return wire.from_wire(cls, d)
 
     def describe(self) -> str:
         """``name (reference, lock hash)``, as messages name it."""
@@ -383,6 +342,11 @@ def origin_claim(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_ORIGIN = meta(schema={"$ref": "#/components/schemas/Origin"})
+_LENIENT = meta(missing="")  # read as "" where absent
+
+
+@wire.record(order=("id", "name", "user", "team"))
 @dataclass(frozen=True)
 class JobMeta:
     """What was recorded at submission (``meta.json``); never changes afterwards.
@@ -393,156 +357,98 @@ class JobMeta:
     backend that recorded it adds (the Kubernetes ``namespace``; ``via: kubectl``)."""
 
     id: str
-    name: str
-    user: str
-    submitted: float
+    name: str = field(metadata=_LENIENT)
+    user: str = field(metadata=_LENIENT)
+    submitted: float = field(metadata=meta(missing=0.0))
     team: str | None = None
     backend: str = ""
     code_hash: str = ""
-    origin: dict[str, Any] = field(default_factory=dict)
-    image: TrainerImage | None = None  # the environment it runs in (None: not recorded)
+    origin: dict[str, Any] = field(default_factory=dict, metadata=_ORIGIN)
+    image: TrainerImage | None = field(  # the environment it runs in (None: not recorded)
+        default=None,
+        metadata=meta(omit="none", doc="The trainer image the job runs in, resolved at submission"),
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        out = {
-            "id": self.id,
-            "name": self.name,
-            "user": self.user,
-            "team": self.team,
-            "submitted": self.submitted,
-            "backend": self.backend,
-            "codeHash": self.code_hash,
-            "origin": self.origin,
-        }
-        if self.image is not None:
-            out["image"] = self.image.to_dict()
-        return out
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobMeta:
-        return cls(
-            id=str(d["id"]),
-            name=str(d.get("name") or ""),
-            user=str(d.get("user") or ""),
-            submitted=float(d.get("submitted") or 0.0),
-            team=d.get("team"),
-            backend=str(d.get("backend") or ""),
-            code_hash=str(d.get("codeHash") or ""),
-            origin=dict(d.get("origin") or {}),
-            image=TrainerImage.from_dict(d["image"])
-            if isinstance(d.get("image"), Mapping)
-            else None,
-        )
+        return wire.from_wire(cls, d)
 
 
+def _gpus(summary: JobSummary) -> int:
+    return summary.gpus
+
+
+@wire.record(
+    order=("id", "name", "user", "team", "queue", "nodes", "gpus_per_node", "gpus"),
+    computed={"gpus": wire.Computed(_gpus, int, doc="nodes x gpusPerNode")},
+)
 @dataclass(frozen=True)
 class JobSummary:
     """One row of a job listing: everything a list view shows, in one record."""
 
     id: str
-    name: str
-    user: str
+    name: str = field(metadata=_LENIENT)
+    user: str = field(metadata=_LENIENT)
     team: str | None
-    queue: str
+    queue: str = field(metadata=meta(missing="", doc="Kueue LocalQueue name"))
     nodes: int
     gpus_per_node: int
     state: JobState
     attempt: int = 0
     message: str = ""
     queue_position: int | None = None
-    submitted: float = 0.0
+    submitted: float = field(default=0.0, metadata=meta(doc="Unix time"))
     updated: float | None = None
     finished: float | None = None
-    gpu_seconds: float = 0.0
-    failure: FailureInfo | None = None
-    origin: dict[str, Any] = field(default_factory=dict)
-    expected_start: Estimate | None = None  # while QUEUED, as in JobStatus
-    wait: WaitNumbers | None = None
+    gpu_seconds: float = field(
+        default=0.0, metadata=meta(doc="Allocated GPU-seconds over all attempts")
+    )
+    failure: FailureInfo | None = field(default=None, metadata=meta(omit="none"))
+    origin: dict[str, Any] = field(default_factory=dict, metadata=_ORIGIN)
+    expected_start: Estimate | None = field(  # while QUEUED, as in JobStatus
+        default=None, metadata=meta(omit="none")
+    )
+    wait: WaitNumbers | None = field(default=None, metadata=meta(omit="none"))
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
-            "name": self.name,
-            "user": self.user,
-            "team": self.team,
-            "queue": self.queue,
-            "nodes": self.nodes,
-            "gpusPerNode": self.gpus_per_node,
-            "gpus": self.gpus,
-            "state": self.state.value,
-            "attempt": self.attempt,
-            "message": self.message,
-            "queuePosition": self.queue_position,
-            "submitted": self.submitted,
-            "updated": self.updated,
-            "finished": self.finished,
-            "gpuSeconds": self.gpu_seconds,
-            "origin": self.origin,
-        }
-        if self.failure is not None:
-            out["failure"] = self.failure.to_dict()
-        if self.expected_start is not None:
-            out["expectedStart"] = self.expected_start.to_dict()
-        if self.wait is not None:
-            out["wait"] = self.wait.to_dict()
-        return out
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JobSummary:
-        failure = d.get("failure")
-        return cls(
-            id=str(d["id"]),
-            name=str(d.get("name") or ""),
-            user=str(d.get("user") or ""),
-            team=d.get("team"),
-            queue=str(d.get("queue") or ""),
-            nodes=int(d["nodes"]),
-            gpus_per_node=int(d["gpusPerNode"]),
-            state=JobState(d["state"]),
-            attempt=int(d.get("attempt") or 0),
-            message=str(d.get("message") or ""),
-            queue_position=_opt_int(d.get("queuePosition")),
-            submitted=float(d.get("submitted") or 0.0),
-            updated=_opt_float(d.get("updated")),
-            finished=_opt_float(d.get("finished")),
-            gpu_seconds=float(d.get("gpuSeconds") or 0.0),
-            failure=FailureInfo.from_dict(failure) if isinstance(failure, Mapping) else None,
-            origin=dict(d.get("origin") or {}),
-            expected_start=Estimate.from_dict(d.get("expectedStart")),
-            wait=WaitNumbers.from_dict(d.get("wait")),
-        )
+        return wire.from_wire(cls, d)
 
 
+@wire.record()
 @dataclass(frozen=True)
 class MetricRow:
     """One logged step: ``values`` maps metric names to numbers (or strings)."""
 
     step: int
     time: float
-    attempt: int
-    values: dict[str, Any]
+    attempt: int = field(metadata=meta(missing=1))
+    values: dict[str, Any] = field(
+        metadata=meta(
+            missing={},
+            schema={"type": "object", "additionalProperties": {"type": ["number", "string"]}},
+        )
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "time": self.time,
-            "attempt": self.attempt,
-            "values": self.values,
-        }
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MetricRow:
-        return cls(
-            step=int(d["step"]),
-            time=float(d["time"]),
-            attempt=int(d.get("attempt") or 1),
-            values=dict(d.get("values") or {}),
-        )
+        return wire.from_wire(cls, d)
 
 
+@wire.record()
 @dataclass(frozen=True)
 class LogChunk:
     """Part of one rank's log: ``text`` spans bytes ``[offset, next)`` of the log, whose size
@@ -552,26 +458,28 @@ class LogChunk:
     was cut (read its tail again)."""
 
     rank: int
-    text: str
-    offset: int
-    next: int
-    size: int
+    text: str = field(metadata=meta(missing="", doc="Bytes [offset, next) of the log, decoded"))
+    offset: int = field(
+        metadata=meta(
+            missing=0,
+            doc="Counted from the log's first byte, what rotation cut away included; past the "
+            "offset asked for when the bytes between were rotated away",
+        )
+    )
+    next: int = field(
+        metadata=meta(
+            missing=0,
+            doc="Pass as `offset` to read on (at once while below `size`); below the offset "
+            "asked for when the log was cut: read its tail again",
+        )
+    )
+    size: int = field(
+        metadata=meta(missing=0, doc="The log's size when read (what rotation cut away included)")
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "text": self.text,
-            "offset": self.offset,
-            "next": self.next,
-            "size": self.size,
-        }
+        return wire.to_wire(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LogChunk:
-        return cls(
-            rank=int(d["rank"]),
-            text=str(d.get("text") or ""),
-            offset=int(d.get("offset") or 0),
-            next=int(d.get("next") or 0),
-            size=int(d.get("size") or 0),
-        )
+        return wire.from_wire(cls, d)

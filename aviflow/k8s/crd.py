@@ -13,7 +13,8 @@ refuses any change of ``spec`` after creation (:data:`IMMUTABLE_SPEC`). A golden
 
 The object's ``metadata`` is Kubernetes' own: its name is a DNS subdomain (the job id when
 aviflow creates it); the run's human name travels in the ``aviflow.dev/name`` annotation.
-The status subresource carries :class:`~aviflow.records.JobStatus` (same keys).
+The status subresource carries :class:`~aviflow.records.JobStatus` (same keys; its schema is
+generated from the record by :func:`aviflow.wire_gen.crd_status_schema`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from aviflow.spec import API_VERSION, KIND, TrainJobSpec
+from aviflow.wire_gen import crd_status_schema
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "trainjobs"
@@ -33,59 +35,10 @@ SHORT_NAMES = ["tj"]
 MANIFEST = f"{NAME}.yaml"
 _DROP = {"title", "additionalProperties", "$defs"}
 
+# The status is JobStatus's wire form: its schema is generated from the record (aviflow.wire_gen).
 STATUS_SCHEMA: dict[str, Any] = {
-    "type": "object",
+    **crd_status_schema(),
     "description": "The job's status as the controller records it (aviflow.records.JobStatus).",
-    "properties": {
-        "state": {
-            "type": "string",
-            "enum": ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"],
-        },
-        "attempt": {"type": "integer", "minimum": 0},
-        "message": {"type": "string"},
-        "updated": {"type": "number"},
-        "queuePosition": {"type": "integer", "minimum": 1},
-        "expectedStart": {
-            "type": "object",
-            "description": "While QUEUED, when it is expected to start (aviflow.estimate).",
-            "properties": {
-                "window": {
-                    "type": "string",
-                    "description": "The range in UTC (Estimate.window): now, never, "
-                    "'12-03T22:58..23:05Z', '12-03T22:58Z..' (no later bound).",
-                },
-                "low": {"type": "number", "nullable": True},
-                "high": {"type": "number", "nullable": True},
-                "never": {"type": "string"},
-                "now": {"type": "boolean"},
-                "assumed": {"type": "array", "items": {"type": "string"}},
-            },
-        },
-        "wait": {
-            "type": "object",
-            "description": "While QUEUED, the numbers behind its wait (aviflow.estimate).",
-            "properties": {
-                k: {"type": "string"} if k == "queue" else {"type": "integer"}
-                for k in ("queue", "quota", "holds", "borrowed", "lendable", "ahead", "aheadGpus")
-            },
-        },
-        "failure": {
-            "type": "object",
-            "description": "The first failing rank (aviflow.records.FailureInfo).",
-            "properties": {
-                "rank": {"type": "integer"},
-                "node": {"type": "integer"},
-                "attempt": {"type": "integer"},
-                "exception": {"type": "string"},
-                "message": {"type": "string"},
-                "traceback": {"type": "string"},
-                "exitCode": {"type": "integer"},
-                "logTail": {"type": "string"},
-                "time": {"type": "number"},
-                "pid": {"type": "integer"},
-            },
-        },
-    },
 }
 
 PRINTER_COLUMNS = [

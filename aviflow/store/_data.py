@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from aviflow.records import CheckpointRef, FailureInfo, MetricRow
 from aviflow.store._files import MAX_RECORD_BYTES, is_dir, list_names, read_bytes
+from aviflow.wire import WireError, from_wire
 
 log = logging.getLogger("aviflow.store")
 CHECKPOINT_MARKER = "aviflow-checkpoint.json"
@@ -113,27 +115,15 @@ def failure_record(obj: dict[str, Any]) -> FailureInfo | None:
     ledger): ``rank``, ``node``, ``attempt``, ``exitCode``, ``pid`` whole numbers, ``time`` a
     number, the texts strings; the message's start and the traceback's end are kept. None
     when a field has the wrong type."""
-    obj = {"exitCode": obj.get("exit_code"), "logTail": obj.get("log_tail", ""), **obj}  # < 0.2
-    ints = {k: obj.get(k) for k in ("rank", "node", "attempt", "exitCode", "pid")}
-    texts = {k: obj.get(k) or "" for k in ("exception", "message", "traceback", "logTail")}
-    when = obj.get("time")
-    if any(v is not None and not _whole(v) for v in ints.values()):
+    try:
+        found = from_wire(FailureInfo, obj, strict=True)  # the keys before 0.2 included
+    except WireError:
         return None
-    if any(not isinstance(v, str) for v in texts.values()) or (
-        when is not None and not _number(when)
-    ):
+    if len(found.exception) > MAX_EXCEPTION:
         return None
-    if len(texts["exception"]) > MAX_EXCEPTION:
-        return None
-    return FailureInfo(
-        rank=ints["rank"],
-        node=ints["node"],
-        attempt=ints["attempt"] or 0,
-        exception=texts["exception"],
-        message=texts["message"][:MAX_MESSAGE],
-        traceback=texts["traceback"][-MAX_TRACEBACK:],
-        exit_code=ints["exitCode"],
-        log_tail=texts["logTail"][-MAX_MESSAGE:],
-        time=None if when is None else float(when),
-        pid=ints["pid"],
+    return replace(
+        found,
+        message=found.message[:MAX_MESSAGE],
+        traceback=found.traceback[-MAX_TRACEBACK:],
+        log_tail=found.log_tail[-MAX_MESSAGE:],
     )

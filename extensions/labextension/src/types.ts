@@ -1,17 +1,29 @@
 /**
  * The wire shapes of the Aviflow server extension (`aviflow_jupyter`), as documented in
- * extensions/README.md ("HTTP contract of the server extension"). One interface per
- * record; nothing else in the extension re-declares them.
+ * extensions/README.md ("HTTP contract of the server extension"). The records' shapes are
+ * generated from their Python definitions (records.ts, `make generate`); this file names
+ * them as the extension uses them and declares the answers built around them. Nothing
+ * else in the extension re-declares them.
  */
+import type {
+  CheckpointRef,
+  ExpectedStart,
+  FailureInfo,
+  JobState,
+  JobSummary,
+  LogChunk,
+  PendingJob,
+  QueueQuota,
+  WaitNumbers
+} from './records';
 
-/** A job's lifecycle state. */
-export type JobState =
-  | 'QUEUED'
-  | 'STARTING'
-  | 'RUNNING'
-  | 'SUCCEEDED'
-  | 'FAILED'
-  | 'CANCELLED';
+export type {
+  ExpectedStart,
+  JobState,
+  JobSummary,
+  QueueQuota,
+  WaitNumbers
+} from './records';
 
 /** The states after which a job never changes again. */
 export const FINISHED_STATES: ReadonlySet<string> = new Set([
@@ -20,65 +32,8 @@ export const FINISHED_STATES: ReadonlySet<string> = new Set([
   'CANCELLED'
 ]);
 
-/** The first failing rank of a failed job. */
-export interface JobFailure {
-  rank: number | null;
-  node?: string | null;
-  attempt?: number | null;
-  exception?: string | null;
-  message?: string | null;
-  exitCode?: number | null;
-}
-
-/**
- * When a queued job is expected to start (aviflow/estimate.py): between `low` and `high`
- * (epoch seconds; `high` null: no later bound), `never` (the limit that forbids it), `now`
- * (it fits at once), `window` (the range in UTC, one word). Shown by waiting.ts.
- */
-export interface ExpectedStart {
-  low: number | null;
-  high: number | null;
-  window?: string;
-  never?: string;
-  now?: boolean;
-  assumed?: string[];
-}
-
-/** The numbers behind a queued job's wait, its own queue's (aviflow.estimate.WaitNumbers). */
-export interface WaitNumbers {
-  queue: string;
-  quota: number;
-  holds: number;
-  borrowed: number;
-  lendable: number;
-  ahead: number;
-  aheadGpus: number;
-}
-
-/** One job in `GET aviflow/jobs`. Times are epoch seconds. */
-export interface JobSummary {
-  id: string;
-  name: string;
-  user: string;
-  team: string | null;
-  queue: string | null;
-  nodes: number;
-  gpusPerNode: number;
-  gpus: number;
-  state: JobState;
-  attempt: number;
-  message: string | null;
-  queuePosition: number | null;
-  submitted: number;
-  updated: number;
-  finished: number | null;
-  gpuSeconds: number;
-  origin?: unknown;
-  failure?: JobFailure | null;
-  /** While QUEUED (absent on servers before it, or without an estimate). */
-  expectedStart?: ExpectedStart | null;
-  wait?: WaitNumbers | null;
-}
+/** The first failing rank of a failed job (aviflow.records.FailureInfo). */
+export type JobFailure = FailureInfo;
 
 /** `GET aviflow/jobs?since=<cursor>`: the changes after `since`. */
 export interface JobsAnswer {
@@ -93,23 +48,7 @@ export interface JobsAnswer {
 }
 
 /** A pending job in a queue. */
-export interface QueuePending {
-  id: string;
-  user: string;
-  position: number;
-  gpus: number;
-}
-
-/** One of the caller's team queues. `gpuQuota` null means unlimited. */
-export interface QueueQuota {
-  queue: string;
-  team: string | null;
-  gpuQuota: number | null;
-  gpusInUse: number;
-  pendingCount: number;
-  borrowed: number;
-  pending: QueuePending[];
-}
+export type QueuePending = PendingJob;
 
 /** `GET aviflow/queues`. */
 export interface QueuesAnswer {
@@ -117,12 +56,7 @@ export interface QueuesAnswer {
 }
 
 /** A checkpoint of a job. */
-export interface CheckpointInfo {
-  job: string;
-  step: number;
-  time: number;
-  attempt: number;
-}
+export type CheckpointInfo = CheckpointRef;
 
 /** The job part of `GET aviflow/jobs/<id>`. */
 export interface JobDetail {
@@ -191,13 +125,7 @@ export interface JobDetailAnswer {
  * `[offset, next)` of the log (at most 1 MiB), whose size was `size`; read on from `next`
  * while it is below `size`.
  */
-export interface LogAnswer {
-  rank: number;
-  text: string;
-  offset: number;
-  next: number;
-  size: number;
-}
+export type LogAnswer = LogChunk;
 
 /** `POST aviflow/jobs/<id>/cancel`. */
 export interface CancelAnswer {

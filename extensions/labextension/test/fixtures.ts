@@ -27,14 +27,14 @@ export function job(overrides: Partial<JobSummary> & { id: string }): JobSummary
     gpus: 8,
     state: 'RUNNING',
     attempt: 1,
-    message: null,
+    message: '',
     queuePosition: null,
     submitted: 1000,
     updated: 1000,
     finished: null,
     gpuSeconds: 0,
-    origin: 'magic',
-    failure: null,
+    origin: { kind: 'notebook-cell' },
+    failure: undefined,
     ...overrides
   };
 }

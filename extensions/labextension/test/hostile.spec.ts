@@ -68,7 +68,12 @@ describe('hostile fields', () => {
       state: 'FAILED',
       submitted: 4000,
       finished: 4100,
-      failure: { rank: 3, exception: P('exception'), message: P('failure message') }
+      failure: {
+        rank: 3,
+        attempt: 1,
+        exception: P('exception'),
+        message: P('failure message')
+      }
     });
     client.jobsReplies.push(
       answer([queued, failed], 2, NOW),

@@ -9,7 +9,11 @@ import {
   queueBar,
   statusText
 } from '../src/model';
+import type { JobFailure } from '../src/types';
 import { answer, job, queue } from './fixtures';
+
+/** A failure as a server that breaks the contract may send it (nulls where the record has none). */
+const hostile = (raw: Record<string, unknown>): JobFailure => raw as unknown as JobFailure;
 
 describe('formatting', () => {
   it.each([
@@ -54,17 +58,17 @@ describe('formatting', () => {
   });
 
   it('formats the first failing rank', () => {
-    expect(formatFailure({ rank: 3, exception: 'ValueError', message: 'bad shape' })).toBe(
+    expect(formatFailure({ rank: 3, attempt: 1, exception: 'ValueError', message: 'bad shape' })).toBe(
       'rank 3 failed: ValueError: bad shape'
     );
-    expect(formatFailure({ rank: 0, exception: 'ValueError', message: 'ValueError: bad shape' })).toBe(
+    expect(formatFailure({ rank: 0, attempt: 1, exception: 'ValueError', message: 'ValueError: bad shape' })).toBe(
       'rank 0 failed: ValueError: bad shape'
     );
-    expect(formatFailure({ rank: 1, exception: null, message: 'OOM killed' })).toBe(
+    expect(formatFailure(hostile({ rank: 1, exception: null, message: 'OOM killed' }))).toBe(
       'rank 1 failed: OOM killed'
     );
-    expect(formatFailure({ rank: 2, exitCode: 137 })).toBe('rank 2 failed (exit code 137)');
-    expect(formatFailure({ rank: null })).toBe('a rank failed');
+    expect(formatFailure({ rank: 2, attempt: 1, exitCode: 137 })).toBe('rank 2 failed (exit code 137)');
+    expect(formatFailure(hostile({ rank: null }))).toBe('a rank failed');
     expect(formatFailure(null)).toBe('');
   });
 
@@ -117,7 +121,7 @@ describe('jobRowView', () => {
         finished: 1042,
         gpuSeconds: 432,
         message: 'ignored when not waiting',
-        failure: { rank: 3, exception: 'ValueError', message: 'bad shape' }
+        failure: { rank: 3, attempt: 1, exception: 'ValueError', message: 'bad shape' }
       }),
       99999
     );

@@ -53,7 +53,7 @@ describe('AviflowSidebar', () => {
             submitted: 4000,
             finished: 4185,
             gpuSeconds: 432,
-            failure: { rank: 3, exception: 'ValueError', message: 'bad shape' }
+            failure: { rank: 3, attempt: 1, exception: 'ValueError', message: 'bad shape' }
           })
         ],
         4,
