@@ -34,7 +34,9 @@ class QueueQuota:
     """A queue's GPU quota and what it holds now (local backend, aviflow-api, Kueue).
 
     ``gpu_quota`` is the nominal quota (None: unlimited); ``borrowed`` is what the queue holds
-    beyond it from its cohort; ``pending`` lists the waiting jobs the reader may see.
+    beyond it from its cohort; ``lendable`` the GPUs idle in its cohort that the other queues
+    lend and it could borrow now (:func:`aviflow.estimate.cohort_lendable`; 0 without a
+    cohort); ``pending`` lists the waiting jobs the reader may see, first in line first.
     """
 
     queue: str
@@ -44,6 +46,7 @@ class QueueQuota:
     team: str | None = None
     borrowed: int = 0
     pending: tuple[PendingJob, ...] = ()
+    lendable: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +56,7 @@ class QueueQuota:
             "gpusInUse": self.gpus_in_use,
             "pendingCount": self.pending_count,
             "borrowed": self.borrowed,
+            "lendable": self.lendable,
             "pending": [p.to_dict() for p in self.pending],
         }
 
@@ -65,5 +69,6 @@ class QueueQuota:
             pending_count=int(d.get("pendingCount") or 0),
             team=d.get("team"),
             borrowed=int(d.get("borrowed") or 0),
+            lendable=int(d.get("lendable") or 0),
             pending=tuple(PendingJob.from_dict(p) for p in d.get("pending") or ()),
         )

@@ -108,6 +108,8 @@ export interface QueueQuota {
   gpusInUse: number;
   pendingCount: number;
   borrowed: number;
+  /** GPUs idle in the queue's cohort that it could borrow now (absent from older servers: 0). */
+  lendable?: number;
   pending: QueuePending[];
 }
 
