@@ -6,7 +6,7 @@
  *     model.apply(await client.jobs(model.cursor), model.cursor, Date.now() / 1000);
  *     model.statusText(); // "2 running · 1 queued"
  */
-import { FINISHED_STATES, JobFailure, JobSummary, JobsAnswer, QueueQuota } from './types';
+import { FINISHED_STATES, JobFailure, JobSummary, JobsAnswer } from './types';
 import { startWords, waitWords } from './waiting';
 
 // ---------------------------------------------------------------------------
@@ -296,52 +296,6 @@ export class JobsModel {
     const now = this.serverNow(localNow);
     return this._sorted.map(job => jobRowView(job, now));
   }
-}
-
-// ---------------------------------------------------------------------------
-// Queues
-// ---------------------------------------------------------------------------
-
-/** A queue as a bar: segment widths in percent of max(quota, in use + pending GPUs). */
-export interface QueueBar {
-  queue: string;
-  /** GPUs in use within the quota. */
-  inQuotaPct: number;
-  /** GPUs borrowed beyond the quota. */
-  borrowedPct: number;
-  /** GPUs the pending jobs ask for. */
-  pendingPct: number;
-  /** Where the nominal quota ends; null without a quota. */
-  quotaPct: number | null;
-  /** "3 / 4 GPUs · 1 pending · 2 borrowed", "3 GPUs · no quota limit". */
-  label: string;
-}
-
-const pct = (part: number, whole: number): number =>
-  whole > 0 ? Math.round((part / whole) * 10000) / 100 : 0;
-
-/** The bar of one queue. */
-export function queueBar(q: QueueQuota): QueueBar {
-  const inUse = Math.max(0, q.gpusInUse);
-  const borrowed = Math.min(Math.max(0, q.borrowed), inUse);
-  const pendingGpus = (q.pending ?? []).reduce((sum, p) => sum + Math.max(0, p.gpus), 0);
-  const quota = q.gpuQuota;
-  const scale = Math.max(quota ?? 0, inUse + pendingGpus);
-  const parts = [quota === null ? `${inUse} GPUs · no quota limit` : `${inUse} / ${quota} GPUs`];
-  if (q.pendingCount > 0) {
-    parts.push(`${q.pendingCount} pending`);
-  }
-  if (borrowed > 0) {
-    parts.push(`${borrowed} borrowed`);
-  }
-  return {
-    queue: q.queue,
-    inQuotaPct: pct(inUse - borrowed, scale),
-    borrowedPct: pct(borrowed, scale),
-    pendingPct: pct(pendingGpus, scale),
-    quotaPct: quota === null ? null : pct(quota, scale),
-    label: parts.join(' · ')
-  };
 }
 
 // ---------------------------------------------------------------------------
