@@ -12,7 +12,8 @@ import { Widget } from '@lumino/widgets';
 
 import { el } from './dom';
 import { AviflowError } from './errors';
-import { isFinished, Poller, Timers } from './model';
+import { isFinished } from './model';
+import { Poller } from './poller';
 import type { AviflowClient, JobDetail, JobDetailAnswer, JobDetailHtml } from './types';
 
 /** The server-rendered sections, in display order. */
@@ -73,7 +74,6 @@ export interface JobViewOptions {
   /** Called after a cancel request went through (e.g. to refresh the sidebar). */
   onCancelled?: (id: string) => void;
   interval?: number;
-  timers?: Timers;
 }
 
 /**
@@ -237,7 +237,7 @@ export class JobViewContent extends Widget {
       task: () => this._tick(),
       interval: options.interval ?? 2000,
       maxBackoff: 30000,
-      timers: options.timers
+      name: 'aviflow:job'
     });
   }
 
