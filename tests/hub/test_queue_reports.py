@@ -65,6 +65,8 @@ class CountingBackend(LocalBackend):
 
 def test_the_backend_is_read_only_while_someone_watched_the_queues(tmp_path: Path) -> None:
     backend = CountingBackend(root=tmp_path / "runs")
+    backend.store.file(QUOTAS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    backend.store.file(QUOTAS_FILE).write_text(json.dumps({"qa": 4}))
     now = [1000.0]
     reports = QueueReports(backend, clock=lambda: now[0])
     wakes: list[float] = []
@@ -87,8 +89,11 @@ def test_the_backend_is_read_only_while_someone_watched_the_queues(tmp_path: Pat
     now[0] += 3600.0
     assert (reports.refresh_if_watched(), backend.calls) == (False, 4)
 
-    reports.latest()  # the first look after an idle spell wakes the refreshes at once
+    # the first look after an idle spell wakes the refreshes at once, and the view read an
+    # hour ago is not shown meanwhile
+    assert dict(reports.latest()) == {}
     assert (wakes, reports.refresh_if_watched(), backend.calls) == ([1000.0, now[0]], True, 5)
+    assert dict(reports.latest()) == {"qa": QueueQuota("qa", gpu_quota=4)}
     # refresh() itself always reads (the service's first read, at start)
     reports.refresh()
     assert backend.calls == 6

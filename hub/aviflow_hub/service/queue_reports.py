@@ -9,7 +9,8 @@ every :data:`REFRESH_EVERY` seconds in a lane of its own, for backends that decl
 ``reports_borrowing``: it reads the backend only while someone looked at the queues (a
 :meth:`QueueReports.latest`) in the last :data:`WATCHED_FOR` seconds, so an idle hub asks
 Kueue nothing; the first look after an idle spell calls ``on_wake`` (the service starts a
-refresh at once). A refresh that fails keeps the last view and is logged.
+refresh at once), and a view that old is not shown (the ledger's numbers stand alone until the
+refresh lands). A refresh that fails keeps the last view and is logged.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class QueueReports:
         self.backend = backend
         self._clock = clock
         self._latest: Mapping[str, QueueQuota] = MappingProxyType({})
+        self._read_at: float | None = None
         self._looked_at: float | None = None
         self.failures = 0  # refreshes that failed in a row
         self.on_wake: Callable[[], None] | None = None  # the first look after an idle spell
@@ -62,12 +64,18 @@ class QueueReports:
             return
         self.failures = 0
         self._latest = MappingProxyType({q.queue: q for q in found})
+        self._read_at = self._clock()
 
     def latest(self) -> Mapping[str, QueueQuota]:
-        """The last view read (empty before the first), never waiting on the backend; a look
-        that keeps the refreshes going (and, after an idle spell, calls ``on_wake``)."""
+        """The last view read, never waiting on the backend: empty before the first and once
+        it is :data:`WATCHED_FOR` seconds old (after an idle spell, or that long failing),
+        rather than stale; a look that keeps the refreshes going (and, after an idle spell,
+        calls ``on_wake``)."""
+        now = self._clock()
         waking = not self.watched()
-        self._looked_at = self._clock()
+        self._looked_at = now
         if waking and self.on_wake is not None:
             self.on_wake()
+        if self._read_at is None or now - self._read_at >= WATCHED_FOR:
+            return MappingProxyType({})
         return self._latest
