@@ -324,13 +324,20 @@ class KubernetesBackend(StoreReads, Backend):
             local_queues += [
                 q for q in found if not teams or teams.get(q["metadata"]["name"]) == ns
             ]
+        gpu = self.settings.gpu_resource
         try:  # every ClusterQueue at once: a cohort's members lend to each other
             found = custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")
             cluster_queues = {cq["metadata"]["name"]: cq for cq in found["items"]}
-        except ApiException:
-            cluster_queues = {}
-        gpu = self.settings.gpu_resource
-        lendable = cohort_gpus_lendable(list(cluster_queues.values()), gpu)
+            lendable = cohort_gpus_lendable(list(cluster_queues.values()), gpu)
+        except ApiException:  # no list rule: each queue's own, and its cohort is not known
+            cluster_queues, lendable = {}, {}
+            for name in {lq["spec"]["clusterQueue"] for lq in local_queues}:
+                try:
+                    cluster_queues[name] = custom.get_cluster_custom_object(
+                        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name
+                    )
+                except ApiException:
+                    pass
         out = []
         for lq in sorted(local_queues, key=lambda q: q["metadata"]["name"]):
             ns, name = lq["metadata"]["namespace"], lq["spec"]["clusterQueue"]

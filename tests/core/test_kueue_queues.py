@@ -3,9 +3,15 @@ ClusterQueue, what its cohort lends it and its waiting workloads in Kueue's orde
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from aviflow.backends import kubernetes as kubernetes_backend
+from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.k8s.kueue import cohort_gpus_lendable, queue_quota
+from aviflow.k8s.settings import ClusterSettings
 from aviflow.records import PendingJob, QueueQuota
 
 
@@ -81,3 +87,47 @@ def test_a_local_queue_with_its_cohort_and_waiting_jobs_in_kueues_order() -> Non
         pending=(PendingJob("job-2", "bob", 1, 4), PendingJob("job-1", "alice", 3, 8)),
         lendable=4,
     )
+
+
+class FakeKueue:
+    """The two custom-object reads KubernetesBackend.queues makes, from a list (``listing``:
+    whether the ClusterQueues may be listed, else only read one by one)."""
+
+    def __init__(self, cluster_queues: list[dict[str, Any]], listing: bool = True) -> None:
+        self.cluster_queues, self.listing = cluster_queues, listing
+
+    def list_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str) -> Any:
+        assert (group, plural) == ("kueue.x-k8s.io", "localqueues")
+        lq = {"metadata": {"name": "team-a", "namespace": ns}, "spec": {"clusterQueue": "nlp"}}
+        return {"items": [{**lq, "status": {"pendingWorkloads": 0}}]}
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        if not self.listing:
+            raise ApiException(status=403, reason="Forbidden")
+        return {"items": self.cluster_queues}
+
+    def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str) -> Any:
+        return next(cq for cq in self.cluster_queues if cq["metadata"]["name"] == name)
+
+
+def test_the_backend_reads_every_clusterqueue_once_for_the_cohorts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = ClusterSettings.from_dict({"runs": {"localPath": str(tmp_path)}})
+    backend = KubernetesBackend(settings, api=object())
+    monkeypatch.setattr(kubernetes_backend, "pending_workloads", lambda api, ns, lq: None)
+    kueue = FakeKueue(POOL)
+    monkeypatch.setattr(backend, "_custom", lambda: kueue)
+    [record] = backend.queues()
+    assert (record.queue, record.gpu_quota, record.gpus_in_use, record.borrowed) == (
+        "team-a",
+        16,
+        20,
+        4,
+    )
+    assert (record.lendable, record.pending) == (4, ())  # no visibility API: no order here
+    kueue.listing = False  # without the list rule: its own ClusterQueue, no cohort known
+    [record] = backend.queues()
+    assert (record.gpu_quota, record.borrowed, record.lendable) == (16, 4, 0)
