@@ -35,7 +35,9 @@ class QueueQuota:
     """A queue's GPU quota and what it holds now (local backend, aviflow-api, Kueue).
 
     ``gpu_quota`` is the nominal quota (None: unlimited); ``borrowed`` is what the queue holds
-    beyond it from its cohort; ``pending`` lists the waiting jobs the reader may see.
+    beyond it from its cohort; ``lendable`` the GPUs idle in its cohort that the other queues
+    lend and it could borrow now (:func:`aviflow.estimate.cohort_lendable`; 0 without a
+    cohort); ``pending`` lists the waiting jobs the reader may see.
     """
 
     queue: str
@@ -51,6 +53,10 @@ class QueueQuota:
         ),
     )
     pending: tuple[PendingJob, ...] = ()
+    lendable: int = field(
+        default=0,
+        metadata=meta(doc="GPUs idle in the cohort that the queue could borrow now"),
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return wire.to_wire(self)

@@ -396,6 +396,29 @@ class WaitNumbers:
         return wire.to_wire(self)
 
 
+def cohort_lendable(queue: str, limits: Iterable[QueueLimits], use: Mapping[str, int]) -> int:
+    """GPUs idle in ``queue``'s cohort that the other queues lend and ``queue`` could borrow
+    now: each other member's quota up to its ``lending_limit``, less what is used of it
+    (``use``: GPUs each queue holds, by name). 0 without a cohort or for an unknown queue.
+    Borrowing limits are not applied (they bound the queue, not the cohort's idle GPUs).
+
+    >>> pool = [QueueLimits("a", 4, cohort="c"), QueueLimits("b", 8, cohort="c", lending_limit=6),
+    ...         QueueLimits("x", 16)]
+    >>> cohort_lendable("a", pool, {"a": 6, "b": 1})  # b lends 6, of which a borrows 2
+    4
+    >>> cohort_lendable("b", pool, {"a": 1}), cohort_lendable("x", pool, {})
+    (3, 0)
+    """
+    by_name = {q.name: q for q in limits}
+    q = by_name.get(queue)
+    if q is None or q.cohort is None:
+        return 0
+    pool = _Pool(by_name, reclaim=False, capacity=None, use=dict(use))
+    kept = pool.guaranteed(q)
+    own_idle = max(0, (q.nominal - kept) - max(0, pool.use.get(q.name, 0) - kept))
+    return max(0, pool.cohort_room(q) - own_idle)
+
+
 def wait_numbers(
     job: Waiting,
     limits: Iterable[QueueLimits],
@@ -418,9 +441,7 @@ def wait_numbers(
     for h in holding:
         pool.use[h.queue] = pool.use.get(h.queue, 0) + h.gpus
     holds = pool.use.get(q.name, 0)
-    lendable = 0
-    if q.cohort is not None:
-        lendable = max(0, pool.cohort_room(q) - max(0, q.nominal - holds - pool.guaranteed(q)))
+    lendable = cohort_lendable(q.name, by_name.values(), pool.use)
     index = next((i for i, w in enumerate(waiting) if w.id == job.id), len(waiting))
     ahead = [w for w in waiting[:index] if w.queue == q.name]
     return WaitNumbers(

@@ -53,7 +53,14 @@ from aviflow.k8s import manifests as m
 from aviflow.k8s.client import api_client, may_have_arrived, unreachable
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.forecast import POOL_FILE, POOL_FRESH, read_snapshot
-from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job, pending_workloads, queue_quota
+from aviflow.k8s.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    cohort_gpus_lendable,
+    owner_job,
+    pending_workloads,
+    queue_quota,
+)
 from aviflow.k8s.settings import ApiTimeout, ClusterSettings
 from aviflow.names import slugify
 from aviflow.records import JobStatus, Owner, QueueQuota, TrainerImage
@@ -295,8 +302,8 @@ class KubernetesBackend(StoreReads, Backend):
 
     def queues(self) -> list[QueueQuota]:
         """Every LocalQueue of the jobs' namespaces (with ``queueNamespaces``, the teams'
-        queues only) with its ClusterQueue's GPU quota and use, and the Aviflow jobs waiting
-        in it in Kueue's order (its visibility API)."""
+        queues only) with its ClusterQueue's GPU quota and use, what its cohort lends it now,
+        and the Aviflow jobs waiting in it in Kueue's order (its visibility API)."""
         with self._calling("reading Kueue's queues"):
             return self._queues()
 
@@ -317,17 +324,28 @@ class KubernetesBackend(StoreReads, Backend):
             local_queues += [
                 q for q in found if not teams or teams.get(q["metadata"]["name"]) == ns
             ]
+        gpu = self.settings.gpu_resource
+        try:  # every ClusterQueue at once: a cohort's members lend to each other
+            found = custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")
+            cluster_queues = {cq["metadata"]["name"]: cq for cq in found["items"]}
+            lendable = cohort_gpus_lendable(list(cluster_queues.values()), gpu)
+        except ApiException:  # no list rule: each queue's own, and its cohort is not known
+            cluster_queues, lendable = {}, {}
+            for name in {lq["spec"]["clusterQueue"] for lq in local_queues}:
+                try:
+                    cluster_queues[name] = custom.get_cluster_custom_object(
+                        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name
+                    )
+                except ApiException:
+                    pass
         out = []
         for lq in sorted(local_queues, key=lambda q: q["metadata"]["name"]):
-            ns = lq["metadata"]["namespace"]
-            try:
-                cq = custom.get_cluster_custom_object(
-                    KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", lq["spec"]["clusterQueue"]
-                )
-            except ApiException:
-                cq = {}
+            ns, name = lq["metadata"]["namespace"], lq["spec"]["clusterQueue"]
+            # Kueue's order (its visibility API); where it is not served, none here: aviflow-api
+            # orders the waiting jobs by the positions the controller gave them
             pending = pending_workloads(self.api, ns, lq["metadata"]["name"]) or []
-            out.append(queue_quota(lq, cq, pending, self._pending_job, self.settings.gpu_resource))
+            cq = cluster_queues.get(name, {})
+            out.append(queue_quota(lq, cq, pending, self._pending_job, gpu, lendable.get(name, 0)))
         return out
 
     def quota(self, queue: str) -> QueueQuota | None:

@@ -5,15 +5,18 @@ served through the API server's aggregation layer) for a LocalQueue's waiting wo
 Kueue's own order; it returns None where that API is not served, and callers then derive
 positions from the Workload objects (:func:`aviflow.operator._observe.queue_positions`).
 :func:`queue_quota` is pure: a LocalQueue, its ClusterQueue and its pending list -> the
-:class:`~aviflow.records.QueueQuota` record every backend returns.
+:class:`~aviflow.records.QueueQuota` record every backend returns; :func:`cohort_gpus_lendable`
+(pure) adds what each ClusterQueue's cohort lends it now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aviflow._units import parse_quantity
+from aviflow.estimate import cohort_lendable
+from aviflow.k8s.forecast import cq_usage, queue_limits
 from aviflow.records import PendingJob, QueueQuota
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -73,9 +76,11 @@ def queue_quota(
     pending: list[dict[str, Any]],
     who: Callable[[dict[str, Any]], tuple[str, str, int] | None],
     gpu_resource: str = "nvidia.com/gpu",
+    lendable: int = 0,
 ) -> QueueQuota:
     """The queue record of a LocalQueue. ``who(workload)`` names a pending workload's job
-    (id, user, GPUs), or None for a workload that is not an Aviflow job."""
+    (id, user, GPUs), or None for a workload that is not an Aviflow job; ``lendable``: what
+    its cohort lends it now (:func:`cohort_gpus_lendable`)."""
     nominal, used, borrowed = cluster_queue_gpus(cluster_queue, gpu_resource)
     jobs: list[PendingJob] = []
     for item in pending:
@@ -92,7 +97,30 @@ def queue_quota(
         pending_count=int(status.get("pendingWorkloads", len(pending))),
         borrowed=borrowed,
         pending=tuple(jobs),
+        lendable=lendable,
     )
+
+
+def cohort_gpus_lendable(
+    cluster_queues: Sequence[Mapping[str, Any]], gpu_resource: str = "nvidia.com/gpu"
+) -> dict[str, int]:
+    """For each ClusterQueue by name, the GPUs idle in its cohort that the others lend it now
+    (their ``nominalQuota`` up to their ``lendingLimit``, less what their status says they
+    use): :func:`aviflow.estimate.cohort_lendable` over every ClusterQueue read at once.
+
+    >>> def cq(name, nominal, used, lend=None):
+    ...     res = {"name": "nvidia.com/gpu", "nominalQuota": nominal}
+    ...     res.update({"lendingLimit": lend} if lend is not None else {})
+    ...     return {"metadata": {"name": name}, "spec": {"cohortName": "research",
+    ...             "resourceGroups": [{"flavors": [{"resources": [res]}]}]},
+    ...             "status": {"flavorsUsage": [{"resources": [
+    ...                 {"name": "nvidia.com/gpu", "total": used}]}]}}
+    >>> cohort_gpus_lendable([cq("vision", 8, 8), cq("nlp", 8, 2, lend="4")])
+    {'vision': 4, 'nlp': 0}
+    """
+    limits = [queue_limits(cq, gpu_resource) for cq in cluster_queues]
+    use = {q.name: cq_usage(cq, gpu_resource) for q, cq in zip(limits, cluster_queues, strict=True)}
+    return {q.name: cohort_lendable(q.name, limits, use) for q in limits}
 
 
 def owner_job(workload: Mapping[str, Any]) -> str | None:

@@ -8,8 +8,10 @@ from aviflow.estimate import (
     Holding,
     QueueLimits,
     Waiting,
+    cohort_lendable,
     estimate,
     release_window,
+    wait_numbers,
 )
 
 
@@ -158,3 +160,29 @@ def test_an_estimate_crosses_the_wire_and_a_malformed_one_is_dropped() -> None:
     assert last.to_dict()["expectedStart"]["window"] == "12-31T23:47Z.."
     assert JobStatus.from_dict({"wait": {**wire["wait"], "ahead": -1}}).wait is None
     assert JobStatus.from_dict({"wait": {**wire["wait"], "quota": 1e30}}).wait is None
+
+
+def test_what_the_cohort_lends_a_queue_now() -> None:
+    pool = [
+        QueueLimits("a", 4, cohort="c"),
+        QueueLimits("b", 8, cohort="c", lending_limit=4),  # keeps 4 for itself
+        QueueLimits("d", 2, cohort="c", lending_limit=0),  # lends nothing
+        QueueLimits("solo", 16),
+    ]
+    # b lends 4 (it uses 2 of the 4 it keeps), a lends its 4 idle: a may borrow b's 4
+    assert cohort_lendable("a", pool, {"b": 2}) == 4
+    # b may borrow a's 4 idle, and not its own lendable part
+    assert cohort_lendable("b", pool, {"b": 2}) == 4
+    # b uses 6: 2 of its lendable part; a borrows 1 more beyond its 4
+    assert cohort_lendable("a", pool, {"a": 5, "b": 6}) == 1
+    assert cohort_lendable("b", pool, {"a": 5, "b": 6}) == 0
+    assert cohort_lendable("d", pool, {}) == 8
+    assert cohort_lendable("solo", pool, {}) == 0
+    assert cohort_lendable("missing", pool, {}) == 0
+
+
+def test_the_wait_numbers_name_the_same_lendable_gpus() -> None:
+    pool = [QueueLimits("a", 4, cohort="c"), QueueLimits("b", 8, cohort="c", lending_limit=4)]
+    held = [Holding("x", "b", 2, (0.0, 9.0))]
+    numbers = wait_numbers(Waiting("w", "b", 8), pool, held, [Waiting("w", "b", 8)])
+    assert numbers is not None and numbers.lendable == cohort_lendable("b", pool, {"b": 2}) == 4

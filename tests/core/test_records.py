@@ -50,7 +50,7 @@ RECORDS = [
     JobStatus(JobState.FAILED, 2, "rank 3 failed", 13.0, None, FAILURE),
     JobStatus(JobState.QUEUED, 0, "waiting", 1.0, queue_position=4),
     CheckpointRef("tiny-1234abcd", 40, time=9.0, attempt=1),
-    QueueQuota("vision", 8, 4, 1, "vision", 0, (PendingJob("a-1", "alice", 1, 4),)),
+    QueueQuota("vision", 8, 4, 1, "vision", 0, (PendingJob("a-1", "alice", 1, 4),), lendable=3),
     QueueQuota("free", None),
     JobMeta("tiny-1234abcd", "tiny", "alice", 1.0, "vision", "local", "sha256:x", {"cell_id": "c"}),
     JobSummary("tiny-1234abcd", "tiny", "alice", None, "default", 2, 4, JobState.RUNNING),

@@ -11,7 +11,7 @@ from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.backends.local import QUOTAS_FILE, LocalBackend
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.records import QueueQuota
-from aviflow_hub.service.queue_reports import QueueReports
+from aviflow_hub.service.queue_reports import WATCHED_FOR, QueueReports
 
 
 def test_a_refresh_keeps_the_backends_records_and_a_failed_one_keeps_the_last(
@@ -51,3 +51,49 @@ def test_a_refresh_keeps_the_backends_records_and_a_failed_one_keeps_the_last(
     reports.backend = local
     reports.refresh()
     assert (reports.latest()["qa"].gpu_quota, reports.failures) == (4, 0)
+
+
+class CountingBackend(LocalBackend):
+    """A local backend that counts its reads of the queues."""
+
+    calls = 0
+
+    def queues(self) -> list[QueueQuota]:
+        self.calls += 1
+        return super().queues()
+
+
+def test_the_backend_is_read_only_while_someone_watched_the_queues(tmp_path: Path) -> None:
+    backend = CountingBackend(root=tmp_path / "runs")
+    backend.store.file(QUOTAS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    backend.store.file(QUOTAS_FILE).write_text(json.dumps({"qa": 4}))
+    now = [1000.0]
+    reports = QueueReports(backend, clock=lambda: now[0])
+    wakes: list[float] = []
+    reports.on_wake = lambda: wakes.append(now[0])
+    ticks = [reports.refresh_if_watched() for _ in range(3)]  # an idle hub asks nothing
+    assert (ticks, backend.calls, wakes) == ([False] * 3, 0, [])
+
+    reports.latest()  # someone looks: the refreshes go on for WATCHED_FOR seconds
+    assert (wakes, reports.watched()) == ([1000.0], True)
+    for t in (1000.0, 1010.0, 1299.9):
+        now[0] = t
+        assert reports.refresh_if_watched() is True
+    assert backend.calls == 3
+    reports.latest()  # a look within the window: no wake, the window moves on
+    now[0] = 1299.9 + WATCHED_FOR - 0.1
+    assert (reports.refresh_if_watched(), backend.calls, wakes) == (True, 4, [1000.0])
+
+    now[0] = 1299.9 + WATCHED_FOR  # nobody looked for WATCHED_FOR seconds: the reads stop
+    assert [reports.refresh_if_watched() for _ in range(5)] == [False] * 5
+    now[0] += 3600.0
+    assert (reports.refresh_if_watched(), backend.calls) == (False, 4)
+
+    # the first look after an idle spell wakes the refreshes at once, and the view read an
+    # hour ago is not shown meanwhile
+    assert dict(reports.latest()) == {}
+    assert (wakes, reports.refresh_if_watched(), backend.calls) == ([1000.0, now[0]], True, 5)
+    assert dict(reports.latest()) == {"qa": QueueQuota("qa", gpu_quota=4)}
+    # refresh() itself always reads (the service's first read, at start)
+    reports.refresh()
+    assert backend.calls == 6

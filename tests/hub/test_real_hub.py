@@ -195,6 +195,7 @@ def test_queues_show_quota_usage_and_positions(
         "gpusInUse": 0,
         "pendingCount": 1,
         "borrowed": 0,
+        "lendable": 0,
         "pending": [{"id": jobs["bob"], "user": "bob", "position": 1, "gpus": 1}],
     }
     assert real_hub.call("GET", "queues", tokens["bob"]).json()["queues"] == [bob_queue]

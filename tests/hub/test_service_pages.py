@@ -78,18 +78,21 @@ def test_a_queue_bar_shows_use_quota_pending_and_borrowed() -> None:
         borrowed=2,
         pending=(PendingJob("w-1", "<b>", position=1, gpus=2),),
     )
+    # the sidebar's bar (aviflow.views.queue_bar, the same samples as its TypeScript mirror)
     assert queue_bar(q) == (
         '<div class="queue" data-queue="queue-a"><b>team-a</b> <code>queue-a</code>'
-        '<span class="bar"><span class="used" style="width:66.7%"></span>'
-        '<span class="borrowed" style="width:33.3%"></span></span>'
-        "<span>6 of 4 GPUs in use &middot; 1 pending &middot; 2 borrowed</span>"
+        '<span class="bar"><span class="used" style="width:50%"></span>'
+        '<span class="borrowed" style="width:25%"></span>'
+        '<span class="pending" style="width:25%"></span>'
+        '<span class="quota" style="left:50%"></span></span>'
+        "<span>6 / 4 GPUs · 1 pending · 2 borrowed</span>"
         '<div class="detail">waiting: 1. &lt;b&gt; <code>w-1</code> (2 GPUs)</div></div>'
     )
-    unlimited = QueueQuota("q", gpu_quota=None, gpus_in_use=0)
+    unlimited = QueueQuota("q", gpu_quota=None, gpus_in_use=0, lendable=3)
     assert (
-        '<span class="used" style="width:0.0%"></span>' in queue_bar(unlimited)
-        and "<span>0 GPUs in use (no quota) &middot; 0 pending &middot; 0 borrowed</span>"
-        in queue_bar(unlimited)
+        '<span class="used" style="width:0%"></span>' in queue_bar(unlimited)
+        and "<span>0 GPUs · no quota limit · 3 idle in cohort</span>" in queue_bar(unlimited)
+        and 'class="quota"' not in queue_bar(unlimited)
     )
     assert "You are in no team" in queues_html([])
 
@@ -253,7 +256,7 @@ def test_the_home_page_lists_what_the_caller_may_see(
 
     def alice_running() -> str | None:
         html = real_hub.page("", tokens["alice"]).text
-        ok = "data-state='RUNNING'" in row_of(html, a) and "1 of 4 GPUs in use" in html
+        ok = "data-state='RUNNING'" in row_of(html, a) and "<span>1 / 4 GPUs</span>" in html
         return html if ok else None
 
     html = real_hub.until(alice_running, "alice's page shows her job running", timeout=120)
@@ -266,7 +269,7 @@ def test_the_home_page_lists_what_the_caller_may_see(
     assert b not in html and 'data-queue="queue-b"' not in html  # bob's job and queue
     assert (
         '<div class="queue" data-queue="queue-a"><b>team-a</b> <code>queue-a</code>' in html
-        and "<span>1 of 4 GPUs in use &middot; 0 pending &middot; 0 borrowed</span>" in html
+        and "<span>1 / 4 GPUs</span>" in html
     )
     assert f'<a href="{BASE}report">Usage report</a>' in html
     report = real_hub.page("report", tokens["alice"])
@@ -292,7 +295,7 @@ def test_a_queued_job_shows_its_position_and_reason(
 
     html = real_hub.until(shown, "bob's page shows where his job waits and why")
     assert "data-state='QUEUED'" in row_of(html, b) and jobs["alice"] not in html
-    assert "<span>0 of 4 GPUs in use &middot; 1 pending &middot; 0 borrowed</span>" in html
+    assert "<span>0 / 4 GPUs · 1 pending</span>" in html
     assert f'<div class="detail">waiting: 1. bob <code>{b}</code> (1 GPUs)</div>' in html
     page = real_hub.page(f"jobs/{b}", tokens["bob"])
     assert page.status_code == 200 and "no metrics logged yet" in page.text

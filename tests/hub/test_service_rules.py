@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -264,6 +265,33 @@ def test_a_queue_borrows_what_the_backend_reported_at_most_what_it_holds() -> No
         ("qb", 2, 1, 1),
     ]
     assert [q.borrowed for q in queue_quotas(root, CFG, jobs, {})] == [0, 0]
+
+
+def test_a_queue_shows_what_its_cohort_lends_and_waits_in_kueues_order() -> None:
+    """The backend's last report also says what the cohort lends a queue (never below 0) and
+    Kueue's order of its waiting jobs; without one, the jobs' own queue positions order them,
+    and the position a job shows is its place in that order."""
+    jobs = [
+        replace(summary("w1", "alice", "a", JobState.QUEUED, 1), queue_position=3),
+        replace(summary("w2", "carol", "a", JobState.QUEUED, 2), queue_position=1),
+        summary("w3", "alice", "a", JobState.QUEUED, 3),  # no position yet: last
+        summary("b1", "bob", "b", JobState.QUEUED, 4),
+    ]
+    root = Principal("root", admin=True)
+    ids = [[(p.id, p.position) for p in q.pending] for q in queue_quotas(root, CFG, jobs)]
+    assert ids == [[("w2", 1), ("w1", 2), ("w3", 3)], [("b1", 1)]]
+    kueue = (PendingJob("w3", "alice", 1, 1), PendingJob("w1", "alice", 2, 1))
+    reported = {
+        "qa": QueueQuota("qa", gpu_quota=8, lendable=4, pending=kueue),
+        "qb": QueueQuota("qb", gpu_quota=2, lendable=-3),  # nonsense counts as none
+    }
+    got = queue_quotas(root, CFG, jobs, reported)
+    assert [[p.id for p in q.pending] for q in got] == [["w3", "w1", "w2"], ["b1"]]
+    assert [q.lendable for q in got] == [4, 0]
+    assert [q.lendable for q in queue_quotas(root, CFG, jobs)] == [0, 0]
+    alice = Principal("alice", frozenset({"a"}), scopes=frozenset({READ_SCOPE}))
+    mine = queue_quotas(alice, CFG, jobs, reported)[0].pending  # carol's is counted, not listed
+    assert [(p.id, p.position) for p in mine] == [("w3", 1), ("w1", 2)]
 
 
 def test_the_job_list_escapes_everything() -> None:

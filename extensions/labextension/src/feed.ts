@@ -9,7 +9,8 @@ import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { AviflowError } from './errors';
-import { JobsModel, Poller, Timers } from './model';
+import { JobsModel } from './model';
+import { Poller } from './poller';
 import type { AviflowClient, QueueQuota } from './types';
 
 /** Poll intervals in milliseconds. */
@@ -31,7 +32,6 @@ export interface FeedOptions {
   intervals?: Partial<FeedIntervals>;
   /** Local time in epoch seconds (tests pass a fixed clock). */
   now?: () => number;
-  timers?: Timers;
 }
 
 export class AviflowFeed implements IDisposable {
@@ -60,13 +60,13 @@ export class AviflowFeed implements IDisposable {
       task: () => this._readJobs(),
       interval: this._intervals.jobsBackground,
       maxBackoff: this._intervals.maxBackoff,
-      timers: options.timers
+      name: 'aviflow:jobs'
     });
     this._queuesPoller = new Poller({
       task: () => this._readQueues(),
       interval: this._intervals.queues,
       maxBackoff: this._intervals.maxBackoff,
-      timers: options.timers
+      name: 'aviflow:queues'
     });
   }
 

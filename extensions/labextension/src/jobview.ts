@@ -12,8 +12,26 @@ import { Widget } from '@lumino/widgets';
 
 import { el } from './dom';
 import { AviflowError } from './errors';
-import { isFinished, Poller, Timers } from './model';
+import { isFinished } from './model';
+import {
+  keepLogTail,
+  LOG_DROPPED_NOTE,
+  LOG_KEEP_CHARS,
+  LOG_READS_PER_POLL,
+  LOG_TAIL_LINES
+} from './logtail';
+import { Poller } from './poller';
+import { sanitizeHtml } from './sanitize';
 import type { AviflowClient, JobDetail, JobDetailAnswer, JobDetailHtml } from './types';
+
+export {
+  keepLogTail,
+  LOG_DROPPED_NOTE,
+  LOG_KEEP_CHARS,
+  LOG_READS_PER_POLL,
+  LOG_TAIL_LINES
+} from './logtail';
+export { sanitizeHtml } from './sanitize';
 
 /** The server-rendered sections, in display order. */
 export const HTML_SECTIONS: ReadonlyArray<keyof JobDetailHtml> = [
@@ -23,40 +41,6 @@ export const HTML_SECTIONS: ReadonlyArray<keyof JobDetailHtml> = [
   'ranks',
   'checkpoints'
 ];
-
-/** Lines read from the end of a log when a rank is chosen. */
-export const LOG_TAIL_LINES = 200;
-
-/**
- * Characters of a rank's log the view keeps (256 KiB of plain output): older output is
- * dropped from the top, cut at a line start, and a note says so. When more than this was
- * written since the last read, the view reads on from the part it would keep.
- */
-export const LOG_KEEP_CHARS = 256 * 1024;
-
-/** Log reads one poll makes at most (each answer is at most 1 MiB of the log). */
-export const LOG_READS_PER_POLL = 4;
-
-/** What the note above a log says when earlier output is not shown. */
-export const LOG_DROPPED_NOTE =
-  'Earlier output is not shown: this view keeps the last 256 KiB of each rank\'s log.';
-
-/**
- * The end of `text` the view keeps: all of it when it has at most `keep` characters, else
- * what follows the first line start among its last `keep` (the last `keep` characters when
- * they hold no line start: one line longer than that).
- */
-export function keepLogTail(text: string, keep: number = LOG_KEEP_CHARS): string {
-  if (text.length <= keep) {
-    return text;
-  }
-  const from = text.length - keep;
-  if (text[from - 1] === '\n') {
-    return text.slice(from);
-  }
-  const newline = text.indexOf('\n', from);
-  return newline < 0 || newline + 1 === text.length ? text.slice(from) : text.slice(newline + 1);
-}
 
 /** What a cancel confirmation needs to know. */
 export interface CancelTarget {
@@ -73,86 +57,6 @@ export interface JobViewOptions {
   /** Called after a cancel request went through (e.g. to refresh the sidebar). */
   onCancelled?: (id: string) => void;
   interval?: number;
-  timers?: Timers;
-}
-
-/**
- * The elements the server's sections are made of (aviflow/views/sections.py: text, tables and
- * inline SVG charts); anything else is dropped with its content.
- */
-const ALLOWED_ELEMENTS = new Set([
-  'a', 'b', 'br', 'code', 'div', 'em', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'hr', 'i', 'li',
-  'ol', 'p', 'pre', 'small', 'span', 'strong', 'sub', 'sup', 'table', 'tbody', 'td', 'tfoot',
-  'th', 'thead', 'tr', 'ul',
-  // SVG
-  'svg', 'g', 'text', 'tspan', 'title', 'rect', 'line', 'polyline', 'polygon', 'path', 'circle'
-]);
-
-/** Their attributes (lower case), besides `data-*` and `aria-*`; `href` only with a safe URL. */
-const ALLOWED_ATTRIBUTES = new Set([
-  'class', 'style', 'title', 'role', 'colspan', 'rowspan', 'href',
-  // SVG presentation and geometry
-  'xmlns', 'width', 'height', 'viewbox', 'x', 'y', 'x1', 'y1', 'x2', 'y2', 'cx', 'cy', 'r',
-  'd', 'points', 'fill', 'stroke', 'stroke-width', 'font-size', 'font-family', 'font-weight',
-  'text-anchor', 'dominant-baseline', 'transform', 'opacity'
-]);
-
-/** Whether a link target is relative, a fragment, or http(s)/mailto (never `javascript:`). */
-function safeUrl(value: string): boolean {
-  // browsers ignore control characters and whitespace inside a scheme ("java\tscript:")
-  const bare = value.replace(/[\u0000-\u0020\u007f-\u009f]/g, '').toLowerCase();
-  const scheme = /^([a-z][a-z0-9+.-]*):/.exec(bare);
-  return scheme === null || ['http', 'https', 'mailto'].includes(scheme[1]);
-}
-
-function allowedAttribute(name: string, value: string): boolean {
-  if (name.startsWith('data-') || name.startsWith('aria-')) {
-    return true;
-  }
-  if (!ALLOWED_ATTRIBUTES.has(name)) {
-    return false; // event handlers, src, srcdoc, action, formaction, xlink:href, id, name...
-  }
-  if (name === 'href') {
-    return safeUrl(value);
-  }
-  if (name === 'style') {
-    return !/url\s*\(|expression\s*\(|@import|\\/i.test(value); // no fetches, no CSS escapes
-  }
-  return true;
-}
-
-function clean(parent: Node): void {
-  for (const node of Array.from(parent.childNodes)) {
-    if (node.nodeType === Node.TEXT_NODE) {
-      continue;
-    }
-    const element = node as Element;
-    if (node.nodeType !== Node.ELEMENT_NODE || !ALLOWED_ELEMENTS.has(element.localName.toLowerCase())) {
-      node.parentNode!.removeChild(node); // comments too
-      continue;
-    }
-    for (const attr of Array.from(element.attributes)) {
-      if (!allowedAttribute(attr.name.toLowerCase(), attr.value)) {
-        element.removeAttributeNode(attr);
-      }
-    }
-    clean(element);
-  }
-}
-
-/**
- * The server's section HTML, with only what it is made of kept: the elements and attributes
- * above. Scripts, styles, frames, images, forms, SVG animation and `<use>` are dropped with
- * their content; event handlers, `id`/`name` and links to anything but http(s) are removed.
- * The server escapes whatever a job or a user wrote; this is the second line. Parsed in an
- * inert template, so nothing loads or runs while it is cleaned.
- */
-export function sanitizeHtml(html: string): DocumentFragment {
-  const template = document.createElement('template');
-  template.innerHTML = html;
-  const content = template.content;
-  clean(content);
-  return content;
 }
 
 export class JobViewContent extends Widget {
@@ -237,7 +141,7 @@ export class JobViewContent extends Widget {
       task: () => this._tick(),
       interval: options.interval ?? 2000,
       maxBackoff: 30000,
-      timers: options.timers
+      name: 'aviflow:job'
     });
   }
 

@@ -177,6 +177,8 @@ export interface QueueQuota {
   /** GPUs held beyond the quota (from the cohort), as the backend last reported them (Kueue's ClusterQueue status; 0 elsewhere) */
   borrowed: number;
   pending: PendingJob[];
+  /** GPUs idle in the cohort that the queue could borrow now */
+  lendable: number;
 }
 
 /** One attempt of one job: the ledger's row, and the unit of usage. Its wire form (the ledger's columns, `GET /usage?by=attempt`) keeps the fields' names as keys. */

@@ -8,7 +8,8 @@ import { Widget } from '@lumino/widgets';
 
 import { el } from './dom';
 import { AviflowFeed } from './feed';
-import { JobRowView, QueueBar, queueBar } from './model';
+import { JobRowView } from './model';
+import { QueueBar, queueBar } from './queuebar';
 import type { QueueQuota } from './types';
 
 export const EMPTY_HINT =
@@ -199,7 +200,8 @@ export class AviflowSidebar extends Widget {
       inUse: String(q.gpusInUse),
       pending: String(q.pendingCount),
       quota: q.gpuQuota === null ? '' : String(q.gpuQuota),
-      borrowed: String(q.borrowed)
+      borrowed: String(q.borrowed),
+      lendable: String(q.lendable ?? 0)
     };
     for (const [key, value] of Object.entries(data)) {
       if (node.dataset[key] !== value) {

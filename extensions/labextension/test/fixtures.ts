@@ -47,6 +47,7 @@ export function queue(overrides: Partial<QueueQuota> = {}): QueueQuota {
     gpusInUse: 0,
     pendingCount: 0,
     borrowed: 0,
+    lendable: 0,
     pending: [],
     ...overrides
   };

@@ -6,11 +6,10 @@ import {
   formatSize,
   jobRowView,
   JobsModel,
-  queueBar,
   statusText
 } from '../src/model';
 import type { JobFailure } from '../src/types';
-import { answer, job, queue } from './fixtures';
+import { answer, job } from './fixtures';
 
 /** A failure as a server that breaks the contract may send it (nulls where the record has none). */
 const hostile = (raw: Record<string, unknown>): JobFailure => raw as unknown as JobFailure;
@@ -231,64 +230,5 @@ describe('JobsModel', () => {
     expect(model.cursor).toBe(0);
     expect(model.jobs).toEqual([]);
     expect(model.loaded).toBe(false);
-  });
-});
-
-describe('queueBar', () => {
-  it('splits in-quota, borrowed and pending GPUs over max(quota, in use + pending)', () => {
-    const bar = queueBar(
-      queue({
-        gpuQuota: 4,
-        gpusInUse: 5,
-        borrowed: 2,
-        pendingCount: 1,
-        pending: [{ id: 'p', user: 'bob', position: 1, gpus: 3 }]
-      })
-    );
-    expect(bar).toEqual({
-      queue: 'vision-q',
-      inQuotaPct: 37.5,
-      borrowedPct: 25,
-      pendingPct: 37.5,
-      quotaPct: 50,
-      label: '5 / 4 GPUs · 1 pending · 2 borrowed'
-    });
-  });
-
-  it('scales to the quota when usage is below it', () => {
-    const bar = queueBar(queue({ gpuQuota: 8, gpusInUse: 3, pendingCount: 0 }));
-    expect(bar.inQuotaPct).toBe(37.5);
-    expect(bar.borrowedPct).toBe(0);
-    expect(bar.pendingPct).toBe(0);
-    expect(bar.quotaPct).toBe(100);
-    expect(bar.label).toBe('3 / 8 GPUs');
-  });
-
-  it('says "no quota limit" without a quota', () => {
-    const bar = queueBar(
-      queue({
-        gpuQuota: null,
-        gpusInUse: 3,
-        pendingCount: 2,
-        pending: [
-          { id: 'p', user: 'bob', position: 1, gpus: 1 },
-          { id: 'q', user: 'eve', position: 2, gpus: 2 }
-        ]
-      })
-    );
-    expect(bar.label).toBe('3 GPUs · no quota limit · 2 pending');
-    expect(bar.quotaPct).toBeNull();
-    expect(bar.inQuotaPct).toBe(50);
-    expect(bar.pendingPct).toBe(50);
-  });
-
-  it('is empty for an idle queue without quota', () => {
-    const bar = queueBar(queue({ gpuQuota: null }));
-    expect([bar.inQuotaPct, bar.borrowedPct, bar.pendingPct]).toEqual([0, 0, 0]);
-    expect(bar.label).toBe('0 GPUs · no quota limit');
-  });
-
-  it('rounds widths to hundredths', () => {
-    expect(queueBar(queue({ gpuQuota: 3, gpusInUse: 1 })).inQuotaPct).toBe(33.33);
   });
 });

@@ -1,4 +1,4 @@
-import { Poller } from '../src/model';
+import { Poller } from '../src/poller';
 import { flush } from './fixtures';
 
 /** A task whose runs the test finishes one by one. */
@@ -107,18 +107,34 @@ describe('Poller', () => {
     poller.resume();
     await t.succeed();
     poller.setInterval(2000);
+    await flush(); // the Poll sets its timer once the tick before it settled
     jest.advanceTimersByTime(2000);
     expect(t.starts).toBe(2);
     poller.dispose();
   });
 
-  it('uses injected timers', async () => {
-    const scheduled: number[] = [];
-    const timers = { setTimeout: (_fn: () => void, ms: number) => scheduled.push(ms), clearTimeout: () => {} };
-    const poller = new Poller({ task: () => Promise.resolve(), interval: 1234, maxBackoff: 5000, timers });
-    poller.resume();
-    await flush();
-    expect(scheduled).toEqual([1234]);
+  it('refresh() while paused runs once and does not resume', async () => {
+    const t = controlledTask();
+    const poller = new Poller({ task: t.task, interval: 2000, maxBackoff: 30000 });
+    const done = jest.fn();
+    void poller.refresh().then(done);
+    expect(t.starts).toBe(1);
+    await t.succeed();
+    expect(done).toHaveBeenCalledTimes(1);
+    jest.advanceTimersByTime(60000);
+    expect([t.starts, poller.paused]).toEqual([1, true]);
     poller.dispose();
+  });
+
+  it('dispose() stops the timer for good', async () => {
+    const t = controlledTask();
+    const poller = new Poller({ task: t.task, interval: 2000, maxBackoff: 30000 });
+    poller.resume();
+    await t.succeed();
+    poller.dispose();
+    jest.advanceTimersByTime(60000);
+    poller.resume();
+    await poller.refresh();
+    expect([t.starts, poller.isDisposed]).toEqual([1, true]);
   });
 });

@@ -369,7 +369,8 @@ export const samples: {
           "position": 1,
           "gpus": 4
         }
-      ]
+      ],
+      "lendable": 0
     },
     {
       "queue": "free",
@@ -378,7 +379,8 @@ export const samples: {
       "gpusInUse": 0,
       "pendingCount": 0,
       "borrowed": 0,
-      "pending": []
+      "pending": [],
+      "lendable": 0
     }
   ],
   TrainerImage: [

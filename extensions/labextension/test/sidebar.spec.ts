@@ -171,7 +171,8 @@ describe('AviflowSidebar', () => {
       inUse: '5',
       pending: '1',
       quota: '4',
-      borrowed: '2'
+      borrowed: '2',
+      lendable: '0'
     });
     expect(bars[1].dataset.quota).toBe('');
     expect(q(bars[0], '.aviflow-queue-label').textContent).toBe('5 / 4 GPUs · 1 pending · 2 borrowed');

@@ -7,13 +7,13 @@ and the service URL in the environment.
 The service builds its backend from the config (``api.backend`` and its section), starts it,
 and follows its change feed into the ledger every ``api.ingestEvery`` seconds
 (:class:`~aviflow_hub.service.ingest.Ingest`), and, where the backend reports what queues
-borrow, its queues every few seconds (:mod:`.queue_reports`); request handlers only read. Blocking calls
-run in lanes, bounded thread pools by kind (:mod:`.lanes`: the ledger, the backend's reads,
-submissions and cancels, the change feed), so a backend that stalls never holds the ledger's
-listings; a lane with no free worker answers 503 with Retry-After. Handlers, one
-module per concern: :mod:`.jobs`, :mod:`.parts`, :mod:`.queues`, :mod:`.pages` (their HTML in
-:mod:`.page_html`); shared authentication, errors and parameters in :mod:`.base` and
-:mod:`.params`.
+borrow, its queues every few seconds while someone watches them (:mod:`.queue_reports`);
+request handlers only read. Blocking calls run in lanes, bounded thread pools by kind
+(:mod:`.lanes`: the ledger, the backend's reads, submissions and cancels, the change feed), so
+a backend that stalls never holds the ledger's listings; a lane with no free worker answers 503
+with Retry-After. Handlers, one module per concern: :mod:`.jobs`, :mod:`.parts`, :mod:`.queues`,
+:mod:`.pages` (their HTML in :mod:`.page_html`); shared authentication, errors and parameters in
+:mod:`.base` and :mod:`.params`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import signal
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
-from tornado.ioloop import PeriodicCallback
+from tornado.ioloop import IOLoop, PeriodicCallback
 from tornado.web import Application
 
 from aviflow.views.snapshot import SnapshotReaders
@@ -122,18 +122,21 @@ async def serve(config_path: str) -> None:
     poller.start()
     reading_queues = asyncio.Lock()
 
-    async def read_queues() -> None:
+    async def read_queues(first: bool = False) -> None:
+        """A refresh of the backend's queues while they are watched (``first``: in any case)."""
         if reading_queues.locked():
             return  # the last refresh still waits on the backend
+        reports = ctx.queue_reports
         async with reading_queues:
             try:
-                await ctx.lanes.queues.run(ctx.queue_reports.refresh)
+                await ctx.lanes.queues.run(reports.refresh if first else reports.refresh_if_watched)
             except Exception:
                 log.exception("reading the backend's queues failed")
 
     queue_poller = PeriodicCallback(read_queues, REFRESH_EVERY * 1000)
     if backend.reports_borrowing:
-        await read_queues()
+        await read_queues(first=True)  # a view for the first look
+        ctx.queue_reports.on_wake = lambda: IOLoop.current().spawn_callback(read_queues)
         queue_poller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

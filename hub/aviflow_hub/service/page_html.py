@@ -1,10 +1,11 @@
 """aviflow-api's browser pages as HTML: pure functions of records, no scripts, no external assets.
 
 The job list (:func:`home_html`) shows what the JupyterLab sidebar shows: each queue as a bar
-(GPUs in use and borrowed against the nominal quota, jobs waiting) and each job with its
-status badge, queue position and reason (a queued one's expected start and its queue's
-numbers: :func:`aviflow.views.sections.waiting_html`), first failing rank, size, elapsed time and
-GPU-hours. The job page (:func:`job_page_html`) is the notebook panel's own rendering
+(:mod:`aviflow.views.queue_bar`, the sidebar's own: GPUs in use within the nominal quota,
+borrowed beyond it, asked for by the waiting jobs, idle in the cohort; then the jobs waiting)
+and each job with its status badge, queue position and reason (a queued one's expected start
+and its queue's numbers: :func:`aviflow.views.sections.waiting_html`), first failing rank,
+size, elapsed time and GPU-hours. The job page (:func:`job_page_html`) is the notebook panel's own rendering
 (:func:`aviflow.views.sections.sections_html`) plus each rank's last log lines. Badges,
 durations and sections come from :mod:`aviflow.views`; the look is the usage report's
 (:data:`aviflow_hub.ledger.html.REPORT_CSS`). Everything interpolated is escaped, numbers too
@@ -25,6 +26,8 @@ from urllib.parse import quote
 
 from aviflow.records import JobState, JobSummary, QueueQuota
 from aviflow.views.html import badge, duration, esc, num
+from aviflow.views.queue_bar import pct_css, waiting_rows
+from aviflow.views.queue_bar import queue_bar as bar_view
 from aviflow.views.sections import log_html, sections_html, waiting_html
 from aviflow.views.snapshot import JobSnapshot
 from aviflow_hub.ledger.html import REPORT_CSS
@@ -35,8 +38,11 @@ PAGE_CSS = REPORT_CSS + (
     "code{font-size:12px;color:#4b5563}nav{margin:0 0 1em}form{margin:0}"
     ".queue{margin:4px 0}.bar{display:inline-block;width:320px;height:14px;"
     "background:#e5e7eb;border-radius:3px;overflow:hidden;vertical-align:middle;margin:0 8px}"
-    ".bar span{display:inline-block;height:100%}.bar .used{background:#4c78a8}"
-    ".bar .borrowed{background:#f58518}section{margin:1.2em 0}h2{font-size:1.1em}"
+    ".bar{position:relative;display:inline-flex}.bar span{display:inline-block;height:100%}"
+    ".bar .used{background:#4c78a8}.bar .borrowed{background:#f58518}"
+    ".bar .pending{background:repeating-linear-gradient(45deg,#9ecae9,#9ecae9 3px,#e5e7eb 3px,"
+    "#e5e7eb 6px)}.bar .quota{position:absolute;top:0;bottom:0;width:2px;background:#374151}"
+    "section{margin:1.2em 0}h2{font-size:1.1em}"
     "h3{font-size:.95em;margin:.6em 0 .2em}"
 )
 MAX_PENDING_SHOWN = 10
@@ -81,34 +87,38 @@ def cancel_form(base: str, job_id: str, xsrf: str, back: str = "") -> str:
 
 
 def queue_bar(q: QueueQuota) -> str:
-    """One queue: GPUs in use (borrowed ones apart) against its nominal quota, jobs waiting."""
-    own = max(0, q.gpus_in_use - q.borrowed)
-    if q.gpu_quota is None:
-        scale = max(q.gpus_in_use, 1)
-        held = f"{num(q.gpus_in_use)} GPUs in use (no quota)"
-    else:
-        scale = max(q.gpu_quota + q.borrowed, q.gpus_in_use, 1)
-        held = f"{num(q.gpus_in_use)} of {num(q.gpu_quota)} GPUs in use"
-    bar = (
-        f'<span class="bar"><span class="used" style="width:{num(100 * own / scale, ".1f")}%">'
-        f'</span><span class="borrowed" style="width:{num(100 * q.borrowed / scale, ".1f")}%">'
-        "</span></span>"
-    )
-    text = f"{held} &middot; {num(q.pending_count)} pending &middot; {num(q.borrowed)} borrowed"
-    waiting = ""
-    if q.pending:
-        shown = ", ".join(
-            f"{num(p.position)}. {esc(p.user)} <code>{esc(p.id)}</code> ({num(p.gpus)} GPUs)"
-            for p in q.pending[:MAX_PENDING_SHOWN]
+    """One queue as the sidebar shows it (:func:`aviflow.views.queue_bar.queue_bar`: GPUs in use
+    within the quota, borrowed beyond it, asked for by the waiting jobs, the quota's mark, the
+    words), then its waiting jobs."""
+    view = bar_view(q)
+    segments = "".join(
+        f'<span class="{cls}" style="width:{esc(pct_css(width))}"></span>'
+        for cls, width in (
+            ("used", view.in_quota_pct),
+            ("borrowed", view.borrowed_pct),
+            ("pending", view.pending_pct),
         )
-        more = len(q.pending) - MAX_PENDING_SHOWN
+    )
+    mark = (
+        ""
+        if view.quota_pct is None
+        else f'<span class="quota" style="left:{esc(pct_css(view.quota_pct))}"></span>'
+    )
+    bar = f'<span class="bar">{segments}{mark}</span>'
+    rows, more = waiting_rows(q, MAX_PENDING_SHOWN)
+    waiting = ""
+    if rows:
+        shown = ", ".join(
+            f"{num(r.position)}. {esc(r.user)} <code>{esc(r.id)}</code> ({num(r.gpus)} GPUs)"
+            for r in rows
+        )
         waiting = (
             f'<div class="detail">waiting: {shown}'
             f"{f', and {num(more)} more' if more > 0 else ''}</div>"
         )
     return (
         f'<div class="queue" data-queue="{esc(q.queue)}"><b>{esc(q.team or "")}</b> '
-        f"<code>{esc(q.queue)}</code>{bar}<span>{text}</span>{waiting}</div>"
+        f"<code>{esc(q.queue)}</code>{bar}<span>{esc(view.label)}</span>{waiting}</div>"
     )
 
 

@@ -3,8 +3,8 @@
 ``GET queues``: one :class:`~aviflow.records.QueueQuota` per queue the caller may use (hub
 admins: every team's): the team's GPU quota from the config, GPUs held by its started jobs,
 its waiting jobs (each with its position; only those the caller may see are listed), and of
-the GPUs it holds those borrowed from its cohort, as the backend last reported them
-(:mod:`.queue_reports`; Kueue on the cluster, none elsewhere).
+the GPUs it holds those borrowed from its cohort and the GPUs its cohort lends it now, as the
+backend last reported them (:mod:`.queue_reports`; Kueue on the cluster, none elsewhere).
 ``GET images``: the backend's trainer images (:meth:`~aviflow.backends.base.Backend.images`),
 the default first, for ``--image`` and the notebook's version check.
 ``GET usage?by=team|user|day|week|attempt&format=json|csv``: allocated GPU-hours of the
@@ -41,16 +41,17 @@ def queue_quotas(
     reported: Mapping[str, QueueQuota] | None = None,
 ) -> list[QueueQuota]:
     """The queues ``p`` may use, from the unfinished jobs of the ledger and what the backend
-    reported of each (``reported``, by queue: the GPUs it borrows, at most those it holds;
-    pure)."""
+    reported of each (``reported``, by queue: the GPUs it borrows, at most those it holds,
+    what its cohort lends it, and its waiting jobs in Kueue's order; pure). The waiting jobs
+    are in :func:`waiting_order`."""
     seen = authz.visibility(p, cfg)
     oldest_first = sorted(unfinished, key=lambda s: (s.submitted, s.id))
     out = []
     for team in authz.visible_queues(p, cfg):
         mine = [s for s in oldest_first if s.queue == team.queue]
-        waiting = [s for s in mine if s.state is JobState.QUEUED]
-        in_use = sum(s.gpus for s in mine if s.state.is_active())
         report = (reported or {}).get(team.queue)
+        waiting = waiting_order([s for s in mine if s.state is JobState.QUEUED], report)
+        in_use = sum(s.gpus for s in mine if s.state.is_active())
         out.append(
             QueueQuota(
                 queue=team.queue,
@@ -59,6 +60,7 @@ def queue_quotas(
                 pending_count=len(waiting),
                 team=team.name,
                 borrowed=min(max(0, report.borrowed), in_use) if report else 0,
+                lendable=max(0, report.lendable) if report else 0,
                 pending=tuple(
                     PendingJob(s.id, s.user, position=i + 1, gpus=s.gpus)
                     for i, s in enumerate(waiting)
@@ -67,6 +69,33 @@ def queue_quotas(
             )
         )
     return out
+
+
+def waiting_order(waiting: list[JobSummary], report: QueueQuota | None) -> list[JobSummary]:
+    """A queue's waiting jobs (oldest first), first in line first: in the order the backend
+    last reported (Kueue's visibility API), else by the position the controller gave each job
+    (its Workload's place), else oldest first; a job with no place goes after those with one.
+
+    >>> from aviflow.records import PendingJob
+    >>> def job(i, t, pos=None):
+    ...     return JobSummary(i, i, "u", None, "q", 1, 1, JobState.QUEUED, submitted=t,
+    ...                       queue_position=pos)
+    >>> jobs = [job("a", 1.0, 2), job("b", 2.0, 1), job("c", 3.0)]
+    >>> [s.id for s in waiting_order(jobs, None)]
+    ['b', 'a', 'c']
+    >>> kueue = QueueQuota("q", 8, pending=(PendingJob("c", "u", 1, 1), PendingJob("a", "u", 2, 1)))
+    >>> [s.id for s in waiting_order(jobs, kueue)]
+    ['c', 'a', 'b']
+    """
+    reported = {p.id: p.position for p in report.pending} if report else {}
+    last = float("inf")
+
+    def place(s: JobSummary) -> float:
+        if reported:
+            return reported.get(s.id, last)
+        return last if s.queue_position is None else s.queue_position
+
+    return sorted(waiting, key=place)  # stable: oldest first among equals
 
 
 def read_quotas(
