@@ -22,7 +22,8 @@ Declared by each class (defaults here)
 Optional (defaults here)
     ``from_config(section)`` (build from one config section),
     ``config_section(settings, run_root=, quotas=)`` (the section a service that runs the
-    backend for its users, aviflow-api, builds it from), ``start()`` / ``stop()`` (a backend-owned controller or watcher),
+    backend for its users, aviflow-api, builds it from), ``start()`` / ``stop()`` (a
+    backend-owned controller or watcher),
     ``reconcile(ids)`` (record what only the backend can notice, e.g. a dead supervisor),
     ``request_cancel(id)`` (ask for the end and return at once; default: ``cancel``),
     ``summaries(limit)`` (one record per job for list views), ``quota(queue)`` and
