@@ -1,14 +1,15 @@
 """The hub config's ``api`` section: where aviflow-api listens, its ledger, its lanes, and its
 job backend.
 
-``api.backend`` names an ``aviflow.backends`` entry point (:func:`aviflow.backends.backend_class`:
-an unknown name fails the config's load, naming the known ones). The backend's own section is
-``api.<name>``, of the model its class declares (``settings_model``): ``api.local`` is
-:class:`~aviflow.backends.local.LocalBackendSection`, ``api.kubernetes``
-:class:`~aviflow.backends.kubernetes.KubernetesSection` (both always checked, so a typo fails
-the hub's start). :meth:`ApiSection.backend_settings` is the selected backend's; the backend's
-class turns it into what it is built from (``config_section``), so nothing here asks which
-backend it is.
+``api.backend`` names an ``aviflow.backends`` entry point (:func:`aviflow.backends.backend_class`).
+The backend's own section is ``api.<name>``, of the model its class declares
+(``settings_model``): ``api.local`` is :class:`~aviflow.backends.local.LocalBackendSection`,
+``api.kubernetes`` :class:`~aviflow.backends.kubernetes.KubernetesSection`, both checked when
+the config loads (a typo fails the hub's start). :meth:`ApiSection.backend_settings` is the
+selected backend's; its class turns them into what it is built from (``config_section``), so
+nothing here asks which backend it is. Whether the named backend is installed is a question
+for the process that builds it (aviflow-api), not for every reader of the file: an unknown
+name fails there, naming the known ones.
 
 >>> api = ApiSection.model_validate({"backend": "local", "local": {"capacity": 2}})
 >>> api.backend_settings().capacity, api.kubernetes.namespace
@@ -17,13 +18,12 @@ backend it is.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from aviflow._model import StrictModel
 from aviflow.backends import backend_class
 from aviflow.backends.kubernetes import KubernetesSection
 from aviflow.backends.local import LocalBackendSection
-from aviflow.errors import BackendError
 from aviflow_hub.service.lanes import LEDGER_WORKERS, READ_WORKERS, WAIT, WRITE_WORKERS
 
 __all__ = ["ApiSection", "KubernetesSection", "LanesSection", "LocalBackendSection"]
@@ -92,18 +92,10 @@ class ApiSection(StrictModel):
         "its lane; one user at most half of each.",
     )
 
-    @field_validator("backend")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        try:
-            backend_class(v)
-        except BackendError as exc:
-            raise ValueError(str(exc)) from None
-        return v
-
     def backend_settings(self) -> BaseModel | None:
         """The selected backend's settings (``api.<backend>``, of its class's
-        ``settings_model``); None for a backend that takes none here."""
+        ``settings_model``); None for a backend that takes none here. An unknown backend is
+        a :class:`~aviflow.errors.BackendError` naming the known ones."""
         model = backend_class(self.backend).settings_model
         if model is None or self.backend not in type(self).model_fields:
             return None

@@ -1,6 +1,6 @@
-"""The hub config's ``api`` section: its backend is checked by name when the config loads, its
-backend's section by the model that backend's class declares (:mod:`aviflow_hub.api_section`),
-and aviflow-api builds the backend without asking which one it is."""
+"""The hub config's ``api`` section: each backend's section is checked by the model its class
+declares when the config loads (:mod:`aviflow_hub.api_section`), and aviflow-api finds the
+backend by its entry point and builds it without asking which one it is."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from aviflow._model import explain
 from aviflow.backends import available, backend_class
 from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.backends.local import LocalBackend, read_quotas
+from aviflow.errors import BackendError
 from aviflow_hub.api_section import ApiSection
 from aviflow_hub.config import ConfigError, HubConfig
 from aviflow_hub.service.context import make_backend
@@ -65,11 +66,15 @@ def test_the_models_messages_are_the_ones_admins_read() -> None:
     ]
 
 
-def test_an_unknown_backend_fails_the_load_naming_the_known_ones() -> None:
-    assert problems({"backend": "nope"}) == [
-        "api.backend: unknown backend 'nope'; available: hub, kubernetes, local (a package adds "
-        "one by registering it as an 'aviflow.backends' entry point)"
-    ]
+def test_an_unknown_backend_fails_where_it_is_built_naming_the_known_ones() -> None:
+    cfg = HubConfig.from_dict({"api": {"backend": "nope"}})  # installed where aviflow-api runs?
+    for build in (make_backend, lambda c: c.api.backend_settings()):
+        with pytest.raises(BackendError) as err:
+            build(cfg)
+        assert str(err.value) == (
+            "unknown backend 'nope'; available: hub, kubernetes, local (a package adds one by "
+            "registering it as an 'aviflow.backends' entry point)"
+        )
 
 
 def test_the_selected_backends_settings() -> None:

@@ -10,6 +10,7 @@ from kubespawner.slugs import safe_slug
 
 from aviflow.backends.hub import RUNS_MOUNT_ENV
 from aviflow.backends.local import LocalBackend, read_quotas
+from aviflow.errors import BackendError
 from aviflow.names import is_dns1123_label, label_value, slugify
 from aviflow_hub.authz import READ_SCOPE, SUBMIT_SCOPE, JobRef, Principal, choose_queue, decide
 from aviflow_hub.config import ConfigError, HubConfig
@@ -312,8 +313,8 @@ def test_the_backend_is_built_from_its_section_with_the_teams_quotas(tmp_path: P
         HubConfig.from_dict({}).api.local.capacity == 8
         and HubConfig.from_dict({}).api.ingest_every == 1.0
     )
-    with pytest.raises(ConfigError, match=r"api\.backend: unknown backend 'nope'"):
-        HubConfig.from_dict({"api": {"backend": "nope"}})  # refused when the config loads
+    with pytest.raises(BackendError, match="unknown backend 'nope'"):
+        make_backend(HubConfig.from_dict({"api": {"backend": "nope"}}))
 
 
 def test_the_local_backends_log_cap_reaches_each_rank_as_its_share(tmp_path: Path) -> None:
