@@ -31,7 +31,8 @@ def _registered() -> dict[str, list[EntryPoint]]:
 
 
 def available() -> dict[str, str]:
-    """Backend names and the classes they stand for (``module:Class``)."""
+    """Backend names and the classes they stand for (``module:Class``; joined by " or " where
+    packages disagree, a name :func:`backend_class` refuses)."""
     return {name: " or ".join(ep.value for ep in eps) for name, eps in _registered().items()}
 
 
