@@ -1,35 +1,26 @@
 """Job backends: one documented interface (:class:`Backend`), chosen by entry-point name.
 
 ``local`` (process groups on this machine), ``hub`` (a client of the hub's aviflow-api) and
-``kubernetes`` (TrainJobs on a cluster with Kueue) ship in the package; others register under the ``aviflow.backends`` entry-point group.
-A backend is built from one configuration section with ``from_config``.
+``kubernetes`` (TrainJobs on a cluster with Kueue) ship in the package; they and any other
+package's backends are found only by their ``aviflow.backends`` entry points
+(:mod:`._registry`). Each class declares its settings (``settings_model``: the model of its
+config section, the hub config's ``api.<name>``) and what it can do (capabilities such as
+``reports_borrowing``, ``authorizes_reads``); it is built from its section with
+``from_config``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
+from aviflow.backends._registry import available, backend_class
 from aviflow.backends.base import Backend
-from aviflow.errors import BackendError
 
 __all__ = ["Backend", "available", "backend_class", "get_backend"]
 
 BACKEND_ENV = "AVIFLOW_BACKEND"
-_BUILTIN = {
-    "local": "aviflow.backends.local:LocalBackend",
-    "hub": "aviflow.backends.hub:HubBackend",
-    "kubernetes": "aviflow.backends.kubernetes:KubernetesBackend",
-}
-
-
-def available() -> dict[str, str]:
-    """Backend names and the classes they stand for (``module:Class``)."""
-    found = {ep.name: ep.value for ep in entry_points(group="aviflow.backends")}
-    found.update(_BUILTIN)  # built-in names always mean the built-in backends
-    return found
 
 
 def _default_name() -> str:
@@ -39,18 +30,6 @@ def _default_name() -> str:
     if os.environ.get(API_URL_ENV) and os.environ.get(TOKEN_ENV):
         return "hub"
     return "local"
-
-
-def backend_class(name: str) -> type[Backend]:
-    """The class registered as ``name``."""
-    target = available().get(name)
-    if target is None:
-        raise BackendError(f"unknown backend {name!r}; available: {', '.join(sorted(available()))}")
-    module, _, attr = target.partition(":")
-    cls = getattr(__import__(module, fromlist=[attr]), attr)
-    if not (isinstance(cls, type) and issubclass(cls, Backend)):
-        raise BackendError(f"backend {name!r} ({target}) is not an aviflow Backend")
-    return cls
 
 
 def get_backend(

@@ -11,9 +11,19 @@ Required (abstract)
     ``meta``, ``events(id, since=, limit=)``, ``metrics(id, since=, after_step=, limit=)``,
     ``ranks``, ``log(id, rank, tail=|offset=)``, ``checkpoints``, ``failures``. Backends
     with a run store get the reads from :class:`~aviflow.backends._store.StoreReads`.
+Declared by each class (defaults here)
+    ``name`` (its entry-point name, recorded on each job it submits); ``settings_model``
+    (the model of its config section, the hub config's ``api.<name>``, which validates that
+    section when the config loads; None: it takes none); its capabilities, which callers ask
+    instead of testing its name: ``reports_borrowing`` (:meth:`queues` knows what a queue
+    borrows from its cohort) and ``authorizes_reads`` (it shows each caller only the jobs the
+    caller may see, as aviflow-api does; without it every job of its store is readable to its
+    reader, who checks owners).
 Optional (defaults here)
-    ``from_config(section)`` (build from one config section: the hub's ``api.<name>``, later
-    the Helm values), ``start()`` / ``stop()`` (a backend-owned controller or watcher),
+    ``from_config(section)`` (build from one config section),
+    ``config_section(settings, run_root=, quotas=)`` (the section a service that runs the
+    backend for its users, aviflow-api, builds it from), ``start()`` / ``stop()`` (a
+    backend-owned controller or watcher),
     ``reconcile(ids)`` (record what only the backend can notice, e.g. a dead supervisor),
     ``request_cancel(id)`` (ask for the end and return at once; default: ``cancel``),
     ``summaries(limit)`` (one record per job for list views), ``quota(queue)`` and
@@ -37,6 +47,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
 
 from aviflow.attempts import summarize
 from aviflow.bundle import CodeBundle
@@ -66,9 +78,15 @@ class Backend(ABC):
     """Base class of job backends; see the module docstring for the contract."""
 
     name: ClassVar[str]
+    # the model of its config section (the hub config's api.<name>): it validates the section
+    # when the config loads; None: the backend takes no settings there
+    settings_model: ClassVar[type[BaseModel] | None] = None
     # queues() reports GPUs a queue borrows from its cohort (Kueue's view), which no ledger of
     # the jobs can tell: aviflow-api then reads them in the background (default: no cohorts)
     reports_borrowing: ClassVar[bool] = False
+    # it shows each caller only the jobs the caller may see (aviflow-api decides by the
+    # caller's token); without it, a reader serving one user checks each job's owner itself
+    authorizes_reads: ClassVar[bool] = False
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> Backend:
@@ -77,6 +95,19 @@ class Backend(ABC):
             return cls(**dict(section or {}))
         except TypeError as exc:
             raise BackendError(f"bad settings for the {cls.name!r} backend: {exc}") from None
+
+    @classmethod
+    def config_section(
+        cls, settings: BaseModel | None, *, run_root: Path, quotas: Mapping[str, int]
+    ) -> dict[str, Any]:
+        """The section :meth:`from_config` takes in a service that runs this backend for its
+        users (aviflow-api): ``settings`` (a :attr:`settings_model` the config validated, or
+        None) plus what the service decides, for a backend that uses it: ``run_root``, the run
+        store its notebooks mount, and ``quotas``, each queue's GPU quota. Default: the keys
+        the admin set in ``settings``; the service's choices unused."""
+        if settings is None:
+            return {}
+        return settings.model_dump(by_alias=True, exclude_unset=True)
 
     def start(self) -> None:
         """Start what this backend runs in the background (default: nothing)."""

@@ -66,6 +66,7 @@ class HubBackend(Backend):
     """Submit and read jobs through aviflow-api with a JupyterHub token."""
 
     name = "hub"
+    authorizes_reads = True  # aviflow-api answers only for what the token's user may see
 
     def __init__(
         self,

@@ -28,7 +28,8 @@ for the answer; :func:`~aviflow.k8s.client.api_client`): an API server that does
 in time is a :class:`~aviflow.errors.BackendUnavailable` saying so (503 in aviflow-api).
 
 Settings (one section: ``api.kubernetes`` in the hub config, or a YAML file named by
-``AVIFLOW_K8S_CONFIG``): :class:`~aviflow.k8s.settings.ClusterSettings` plus ``kubeconfig``
+``AVIFLOW_K8S_CONFIG``): :class:`KubernetesSection`, the
+:class:`~aviflow.k8s.settings.ClusterSettings` the controller reads too, plus ``kubeconfig``
 and ``context`` (default: ``KUBECONFIG``, then in-cluster) and ``apiTimeout``
 (:class:`~aviflow.k8s.settings.ApiTimeout`).
 """
@@ -41,7 +42,10 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from aviflow.backends._store import StoreReads
 from aviflow.backends.base import Backend
@@ -75,11 +79,37 @@ RETRY_PAUSE = 0.5
 RETRIED = (429, 500, 502, 503, 504)  # answers that do not say the TrainJob was not made
 
 
+class KubernetesSection(ClusterSettings):
+    """``api.kubernetes``: the cluster settings, checked when the config loads (a typo fails
+    the hub's start), and how aviflow-api reaches the cluster."""
+
+    kubeconfig: str | None = Field(None, description="Default: KUBECONFIG, then in-cluster.")
+    context: str | None = None
+    api_timeout: ApiTimeout = Field(
+        default_factory=ApiTimeout,
+        alias="apiTimeout",
+        description="How long aviflow-api's calls to the Kubernetes API server may take; one "
+        "that does not answer in time is a 503 saying so.",
+    )
+
+
 class KubernetesBackend(StoreReads, Backend):
     """TrainJobs on Kubernetes + Kueue; see the module docstring."""
 
     name = "kubernetes"
+    settings_model = KubernetesSection
     reports_borrowing = True
+
+    @classmethod
+    def config_section(
+        cls, settings: BaseModel | None, *, run_root: Path, quotas: Mapping[str, int]
+    ) -> dict[str, Any]:
+        """The keys the admin set, the run store's path here (``runs.localPath``) defaulting
+        to the service's run root; the quotas are Kueue's, on the cluster."""
+        section = super().config_section(settings, run_root=run_root, quotas=quotas)
+        runs = dict(section.get("runs") or {})
+        runs.setdefault("localPath", str(run_root))
+        return {**section, "runs": runs}
 
     def __init__(
         self,

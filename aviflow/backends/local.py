@@ -35,10 +35,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from aviflow import _procs
-from aviflow._model import explain
+from aviflow._model import StrictModel, explain
 from aviflow.backends._admission import Waiting
 from aviflow.backends._forecast import forecast
 from aviflow.backends._store import StoreReads
@@ -55,6 +55,8 @@ from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import (
     DEFAULT_JOB_LOG_CAP,
+    RANK_LOG_CAP_HELP,
+    RANK_LOG_CAP_SCHEMA,
     RunDir,
     RunStore,
     atomic_write,
@@ -127,6 +129,31 @@ def scan_queues(
     return waiting, in_use
 
 
+class LocalBackendSection(StrictModel):
+    """Settings of the ``local`` backend (jobs as process groups on the service's machine)."""
+
+    capacity: int = Field(
+        DEFAULT_CAPACITY, ge=1, description="GPU slots (processes) the machine runs at once."
+    )
+    rank_log_cap: int | str | None = Field(
+        DEFAULT_JOB_LOG_CAP,
+        alias="rankLogCap",
+        description=RANK_LOG_CAP_HELP,
+        json_schema_extra=RANK_LOG_CAP_SCHEMA,
+    )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="How often a running job's GPU/CPU use is recorded, and the idle rule "
+        "(README: throughput and use).",
+    )
+
+    @field_validator("rank_log_cap")
+    @classmethod
+    def _rank_log_cap(cls, v: int | str | None) -> int | str | None:
+        job_log_cap(v)
+        return v
+
+
 class LocalBackend(StoreReads, Backend):
     """Run jobs as local process groups; ``capacity`` is the number of GPU slots (processes).
 
@@ -138,6 +165,17 @@ class LocalBackend(StoreReads, Backend):
     """
 
     name = "local"
+    settings_model = LocalBackendSection
+
+    @classmethod
+    def config_section(
+        cls, settings: BaseModel | None, *, run_root: Path, quotas: Mapping[str, int]
+    ) -> dict[str, Any]:
+        """Its settings as constructor arguments, its store the service's run root, and the
+        teams' quotas, which then hold across concurrent jobs (as Kueue's ClusterQueues do
+        on a cluster)."""
+        section = (LocalBackendSection() if settings is None else settings).model_dump()
+        return {**section, "root": str(run_root), "quotas": dict(quotas)}
 
     def __init__(
         self,

@@ -27,7 +27,12 @@ from aviflow.k8s.runtimes import PodSecurityLevel, TrainingRuntime, problems
 from aviflow.names import DNS1123_LABEL, claim_name, is_dns1123_label, mount_path
 from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
-from aviflow.store import DEFAULT_JOB_LOG_CAP, MIN_RANK_LOG_CAP, job_log_cap
+from aviflow.store import (
+    DEFAULT_JOB_LOG_CAP,
+    RANK_LOG_CAP_HELP,
+    RANK_LOG_CAP_SCHEMA,
+    job_log_cap,
+)
 from aviflow.usage import UsageSettings
 
 _LABEL_KEY = re.compile(
@@ -168,22 +173,6 @@ class ApiTimeout(StrictModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise BackendError("bad apiTimeout: " + "; ".join(explain(exc, cls))) from None
-
-
-RANK_LOG_CAP_HELP = (
-    "The most one job's rank logs take on the run store, all its ranks together: bytes or a "
-    "quantity such as 8Gi (at least 64Ki); null: no cap. Each rank's share (at least 64Ki) "
-    "holds its logs/rank-R.log and rank-R.log.1: past half of it, the log's last lines stay "
-    "and what came before goes to rank-R.log.1, replacing it (README: rank logs)."
-)
-# what the Helm schema checks at render time (the loader checks the rest: a quantity's size)
-RANK_LOG_CAP_SCHEMA: dict[str, Any] = {
-    "anyOf": [
-        {"type": "integer", "minimum": MIN_RANK_LOG_CAP},
-        {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"},
-        {"type": "null"},
-    ]
-}
 
 
 class ClusterSettings(StrictModel):

@@ -38,6 +38,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aviflow._units import parse_bytes
 from aviflow.errors import UnsafeJobFile
@@ -48,6 +49,20 @@ MAX_LOG_READ = 1 << 20  # bytes one log read returns at most
 MAX_TAIL_LINES = 100_000
 MIN_RANK_LOG_CAP = 64 << 10  # the least share of a job's log cap a rank gets
 DEFAULT_JOB_LOG_CAP = "8Gi"  # the admin's setting when they give none (rankLogCap)
+RANK_LOG_CAP_HELP = (
+    "The most one job's rank logs take on the run store, all its ranks together: bytes or a "
+    "quantity such as 8Gi (at least 64Ki); null: no cap. Each rank's share (at least 64Ki) "
+    "holds its logs/rank-R.log and rank-R.log.1: past half of it, the log's last lines stay "
+    "and what came before goes to rank-R.log.1, replacing it (README: rank logs)."
+)
+# what the Helm schema checks at render time (the loader checks the rest: a quantity's size)
+RANK_LOG_CAP_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "integer", "minimum": MIN_RANK_LOG_CAP},
+        {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"},
+        {"type": "null"},
+    ]
+}
 MAX_KEPT_TAIL = 64 << 10  # the most of a log's last lines that stay in it at a rotation
 MAX_ORIGIN = 1 << 52  # a larger offset in a marker is not believed (JavaScript's exact integers)
 _MARKER = re.compile(rb"=== aviflow: log rotated: (\d{1,16}) bytes came before the lines below;")

@@ -114,8 +114,8 @@ class JobReads:
         return {"job": snapshot_dict(snap), "html": sections_html(snap)}
 
     def _check_mine(self, job_id: str) -> None:
-        # the local backend's store holds every OS user's jobs; aviflow-api checks on its own
-        if self.backend.name == "local" and self.backend.meta(job_id).user != self.user:
+        # a run store holds every user's jobs; aviflow-api (authorizes_reads) checks on its own
+        if not self.backend.authorizes_reads and self.backend.meta(job_id).user != self.user:
             raise JobNotFound(f"no job {job_id!r} of {self.user}")
 
     async def job(self, job_id: str) -> dict[str, Any]:

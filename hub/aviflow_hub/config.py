@@ -7,7 +7,9 @@ error that names the key and suggests the closest valid one, and wrong types are
 >>> cfg.team_named("vision").queue
 'vision'
 
-``load_config(path)`` reads a file; without a path it reads ``$AVIFLOW_HUB_CONFIG``.
+The ``api`` section (aviflow-api and its job backend, whose own section is of the model the
+backend's class declares) is :mod:`aviflow_hub.api_section`. ``load_config(path)`` reads a
+file; without a path it reads ``$AVIFLOW_HUB_CONFIG``.
 """
 
 from __future__ import annotations
@@ -27,18 +29,9 @@ from pydantic import (
 
 from aviflow._model import StrictModel, explain, storable_problems
 from aviflow._units import parse_quantity
-from aviflow.backends.local import DEFAULT_CAPACITY
 from aviflow.errors import AviflowError
-from aviflow.k8s.settings import (
-    RANK_LOG_CAP_HELP,
-    RANK_LOG_CAP_SCHEMA,
-    ApiTimeout,
-    ClusterSettings,
-)
 from aviflow.names import DNS1123_LABEL, is_dns1123_label
-from aviflow.store import DEFAULT_JOB_LOG_CAP, job_log_cap
-from aviflow.usage import UsageSettings
-from aviflow_hub.service.lanes import LEDGER_WORKERS, READ_WORKERS, WAIT, WRITE_WORKERS
+from aviflow_hub.api_section import ApiSection
 
 CONFIG_ENV = "AVIFLOW_HUB_CONFIG"
 SERVICE_NAME = "aviflow-api"
@@ -360,108 +353,6 @@ class CullerSection(StrictModel):
     )
 
 
-class LocalBackendSection(StrictModel):
-    """Settings of the ``local`` backend (jobs as process groups on the service's machine)."""
-
-    capacity: int = Field(
-        DEFAULT_CAPACITY, ge=1, description="GPU slots (processes) the machine runs at once."
-    )
-    rank_log_cap: int | str | None = Field(
-        DEFAULT_JOB_LOG_CAP,
-        alias="rankLogCap",
-        description=RANK_LOG_CAP_HELP,
-        json_schema_extra=RANK_LOG_CAP_SCHEMA,
-    )
-    usage: UsageSettings = Field(
-        default_factory=UsageSettings,
-        description="How often a running job's GPU/CPU use is recorded, and the idle rule "
-        "(README: throughput and use).",
-    )
-
-    @field_validator("rank_log_cap")
-    @classmethod
-    def _rank_log_cap(cls, v: int | str | None) -> int | str | None:
-        job_log_cap(v)
-        return v
-
-
-class KubernetesSection(ClusterSettings):
-    """``api.kubernetes``: the cluster settings, checked when the config loads (a typo fails
-    the hub's start), and how aviflow-api reaches the cluster."""
-
-    kubeconfig: str | None = Field(None, description="Default: KUBECONFIG, then in-cluster.")
-    context: str | None = None
-    api_timeout: ApiTimeout = Field(
-        default_factory=ApiTimeout,
-        alias="apiTimeout",
-        description="How long aviflow-api's calls to the Kubernetes API server may take; one "
-        "that does not answer in time is a 503 saying so.",
-    )
-
-
-class LanesSection(StrictModel):
-    """``api.lanes``: how many calls of each kind aviflow-api runs at once (see
-    :mod:`aviflow_hub.service.lanes`); one user holds at most half of each lane."""
-
-    ledger: int = Field(
-        LEDGER_WORKERS, ge=2, le=256, description="Ledger reads at once (listings, usage)."
-    )
-    reads: int = Field(
-        READ_WORKERS, ge=2, le=256, description="Backend reads at once (a job's files, status)."
-    )
-    writes: int = Field(WRITE_WORKERS, ge=2, le=256, description="Submissions and cancels at once.")
-    wait: float = Field(
-        WAIT,
-        gt=0,
-        le=60,
-        description="Seconds a call waits for a worker of its lane before a 503 with Retry-After.",
-    )
-
-
-class ApiSection(StrictModel):
-    bind: str = "127.0.0.1"
-    port: int = Field(8088, ge=1, le=65535)
-    url: str | None = Field(
-        None, description="URL the hub uses for the service (default from bind/port)."
-    )
-    notebook_url: str | None = Field(
-        None,
-        alias="notebookUrl",
-        description="Base URL notebooks use for aviflow-api (default: the service URL + prefix).",
-    )
-    database: str | None = Field(
-        None, description="SQLAlchemy URL of the ledger (default SQLite in dataDir)."
-    )
-    backend: str = Field("local", description="The job backend (an aviflow.backends entry point).")
-    run_root: str | None = Field(None, alias="runRoot")
-    local: LocalBackendSection = Field(
-        default_factory=LocalBackendSection,  # type: ignore[arg-type]
-        description="Settings of the local backend.",
-    )
-    kubernetes: KubernetesSection = Field(
-        default_factory=lambda: KubernetesSection(),
-        description="Settings of the kubernetes backend: the cluster settings "
-        "(aviflow.k8s.settings.ClusterSettings) plus kubeconfig and context; runs.localPath "
-        "defaults to the run root.",
-    )
-    external: bool = Field(
-        False,
-        description="aviflow-api runs on its own (the chart's Deployment): the hub does not "
-        "start it and registers it with the token in $AVIFLOW_API_TOKEN.",
-    )
-    ingest_every: float = Field(
-        1.0,
-        alias="ingestEvery",
-        gt=0,
-        description="Seconds between two reads of the backend's change feed.",
-    )
-    lanes: LanesSection = Field(
-        default_factory=LanesSection,  # type: ignore[arg-type]
-        description="Workers of aviflow-api's lanes: a stalled backend or ledger holds only "
-        "its lane; one user at most half of each.",
-    )
-
-
 class HubConfig(StrictModel):
     hub: HubSection = Field(default_factory=HubSection)  # type: ignore[arg-type]
     auth: AuthSection = Field(
@@ -570,18 +461,6 @@ class HubConfig(StrictModel):
         if self.api.run_root:
             return self.resolve(self.api.run_root, base)
         return self.data_path(base) / "runs"
-
-    def backend_settings(self) -> dict[str, Any]:
-        """The configuration section of ``api.backend`` (empty for a backend without one)."""
-        if self.api.backend == "local":  # keyed as LocalBackend's arguments
-            return self.api.local.model_dump()
-        if self.api.backend == "kubernetes":
-            section = self.api.kubernetes.model_dump(by_alias=True, exclude_unset=True)
-            runs = dict(section.get("runs") or {})
-            runs.setdefault("localPath", str(self.run_root()))
-            section["runs"] = runs
-            return section
-        return {}
 
 
 def load_config(path: str | Path | None = None) -> HubConfig:

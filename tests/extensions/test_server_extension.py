@@ -269,3 +269,30 @@ def test_other_users_newer_jobs_never_push_mine_out_of_the_list(make_job: Any) -
     finally:
         reads.close()
     assert [j["id"] for j in listed.jobs] == [mine[2].id, mine[1].id]
+
+
+def test_the_reader_checks_owners_unless_the_backend_authorizes_reads(make_job: Any) -> None:
+    """A run store holds every user's jobs: the extension refuses another user's job by id,
+    unless its backend declares ``authorizes_reads`` (aviflow-api decides by the token)."""
+    import asyncio
+
+    import pytest
+
+    from aviflow.errors import JobNotFound
+    from aviflow_jupyter.reads import JobReads
+
+    theirs = make_job(JobState.SUCCEEDED, name="theirs", user="mallory")
+
+    class Authorizing(LocalBackend):
+        authorizes_reads = True
+
+    for backend, shown in ((theirs.backend, False), (Authorizing(theirs.backend.store.root), True)):
+        reads = JobReads(backend=lambda b=backend: b, user=ME)
+        try:
+            if shown:
+                assert asyncio.run(reads.job(theirs.id))["job"]["id"] == theirs.id
+            else:
+                with pytest.raises(JobNotFound, match=f"no job '{theirs.id}' of {ME}"):
+                    asyncio.run(reads.job(theirs.id))
+        finally:
+            reads.close()

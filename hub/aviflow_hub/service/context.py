@@ -27,14 +27,17 @@ USER_CACHE_SECONDS = 5.0
 
 
 def make_backend(cfg: HubConfig) -> Backend:
-    """``api.backend`` built from its section (``api.<name>``). The local backend also gets
-    the run root and the teams' quotas, which then hold across concurrent jobs (Kueue's
-    ClusterQueues do it on the cluster)."""
-    settings = cfg.backend_settings()
-    if cfg.api.backend == "local":
-        settings["root"] = str(cfg.run_root())
-        settings["quotas"] = {team.queue: team.gpu_quota for team in cfg.teams}
-    return backend_class(cfg.api.backend).from_config(settings)
+    """``api.backend`` built from its section (``api.<name>``) with the run root and the
+    teams' GPU quotas, which its class uses as it needs (``Backend.config_section``: the
+    local backend keeps its store there and holds the quotas across concurrent jobs; the
+    kubernetes backend finds the run store there and leaves the quotas to Kueue)."""
+    cls = backend_class(cfg.api.backend)
+    section = cls.config_section(
+        cfg.api.backend_settings(),
+        run_root=cfg.run_root(),
+        quotas={team.queue: team.gpu_quota for team in cfg.teams},
+    )
+    return cls.from_config(section)
 
 
 class ServiceContext:
