@@ -338,11 +338,20 @@ def estimate(
     capacity: int | None = None,
     machine_fifo: bool = False,
     assumed: Sequence[str] = (),
+    admission_delay: float = 0.0,
 ) -> dict[str, Estimate]:
     """Each waiting job's :class:`Estimate` (see the module docstring). ``capacity``: the
     pool's GPUs where fewer than its queues' quotas (the local backend's machine), and
     ``machine_fifo`` its rule (see :func:`_replay`); ``assumed``: what the caller took for
-    granted in the windows it gave (added to each)."""
+    granted in the windows it gave (added to each); ``admission_delay``: the seconds the
+    queue has lately taken to admit a job that fits (the caller measures it), added to
+    every latest start (a job that fits at once still says ``now``).
+
+    >>> est = estimate(0.0, [QueueLimits("a", 8)], [], [Waiting("w", "a", 8)],
+    ...                admission_delay=3.0)["w"]
+    >>> est.low, est.high, est.now
+    (0.0, 3.0, True)
+    """
     by_name = {q.name: q for q in limits}
     kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo}
     early = _replay(now, by_name, holding, waiting, late=False, **kw)  # type: ignore[arg-type]
@@ -358,7 +367,10 @@ def estimate(
         if low is not None and high is not None and high < low:
             low, high = high, low  # a later release can let a smaller job pass sooner
         low = low if low is not None else high
-        out[w.id] = Estimate(w.id, low, high, None, notes, now=low == high == now)
+        at_once = low == high == now
+        if high is not None:
+            high += max(0.0, admission_delay)
+        out[w.id] = Estimate(w.id, low, high, None, notes, now=at_once)
     return out
 
 
@@ -498,13 +510,15 @@ def release_window(
     *,
     time_limit: float | None = None,
     progress: tuple[int, int, float] | None = None,
+    logged_at: float | None = None,
     history: Sequence[float] = (),
 ) -> tuple[tuple[float, float], str]:
     """When a job that started at ``started`` releases its GPUs: ``(earliest, latest)`` in
     absolute seconds, and what that rests on. Its sources, best first:
 
     - ``progress``: ``(step, total_steps, seconds)``, the steps it logged toward a declared
-      total in ``seconds`` of training: the rest at that pace, within 20%;
+      total in ``seconds`` of training: the rest at that pace, within 20%, from
+      ``logged_at`` (when the last of those steps was logged; default ``now``);
     - ``history``: how long the user's earlier runs of the same cell held their GPUs: between
       the shortest and the longest of them from its start;
     - ``time_limit`` (seconds): it ends by ``started + time_limit`` at the latest, and caps the
@@ -514,6 +528,8 @@ def release_window(
 
     >>> release_window(100.0, 0.0, time_limit=600.0, progress=(50, 100, 80.0))
     ((164.0, 196.0), 'its pace: 50 of 100 steps in 80s')
+    >>> release_window(100.0, 0.0, progress=(50, 100, 80.0), logged_at=90.0)
+    ((154.0, 186.0), 'its pace: 50 of 100 steps in 80s')
     >>> release_window(100.0, 0.0, history=[300.0, 500.0])
     ((300.0, 500.0), 'its cell ran 300s to 500s before (2 runs)')
     >>> release_window(100.0, 0.0)
@@ -523,7 +539,8 @@ def release_window(
     if progress is not None and 0 < progress[0] < progress[1] and progress[2] > 0:
         step, total, seconds = progress
         rest = seconds * (total - step) / step
-        low, high = now + 0.8 * rest, now + 1.2 * rest
+        base = now if logged_at is None else min(now, logged_at)
+        low, high = base + 0.8 * rest, base + 1.2 * rest
         why = f"its pace: {step} of {total} steps in {seconds:g}s"
     elif history:
         low, high = started + min(history), started + max(history)

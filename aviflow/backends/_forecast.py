@@ -1,8 +1,9 @@
 """Expected starts on the local backend: its queues and machine as :mod:`aviflow.estimate`'s
 pool, read from the run store.
 
-A started job releases its slots by its ``timeLimit`` (what it has left of it, over all its
-attempts) or at an unknown time without one; a waiting job holds them, once started, for up
+A started job releases its slots at the pace of the steps it logged toward a declared
+total (:mod:`aviflow.pace`), else by its ``timeLimit`` (what it has left of it, over all its
+attempts), or at an unknown time without either; a waiting job holds them, once started, for up
 to its own ``timeLimit``. Queues admit strictly in order, and the next job a queue allows
 waits for room on the machine, holding back every later one (:mod:`._admission`).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aviflow.attempts import held_seconds
 from aviflow.backends import _admission
 from aviflow.errors import AviflowError
 from aviflow.estimate import (
@@ -22,22 +22,26 @@ from aviflow.estimate import (
     Waiting,
     WaitNumbers,
     estimate,
-    release_window,
     wait_numbers,
 )
+from aviflow.pace import PaceCache
 from aviflow.store import EventsCache, RunDir, RunStore
 
-ASSUMED = ("running jobs end by their time limit; those without one at an unknown time",)
+ASSUMED = (
+    "running jobs end at the pace of the steps they logged toward a declared total, else by "
+    "their time limit; those with neither at an unknown time",
+)
 
 
-def _holding(store: RunStore, job_id: str, now: float, events: EventsCache) -> Holding | None:
+def _holding(
+    store: RunStore, job_id: str, now: float, events: EventsCache, paces: PaceCache
+) -> Holding | None:
     try:
         run = store.get(job_id)
         spec = run.spec().spec
-        held = held_seconds(events.of(run), now)
+        window, _ = paces.release(run, events.of(run), spec.time_limit_seconds, now)
     except (AviflowError, OSError, ValueError):
         return None  # gone or unreadable meanwhile: it holds nothing we can time
-    window, _ = release_window(now, now - held, time_limit=spec.time_limit_seconds)
     return Holding(job_id, spec.queue, spec.total_gpus, window)
 
 
@@ -59,14 +63,17 @@ def forecast(
     *,
     extra: Waiting | None = None,
     events: EventsCache | None = None,
+    paces: PaceCache | None = None,
 ) -> tuple[dict[str, Estimate], dict[str, WaitNumbers]]:
     """The expected start and the wait's numbers of every job waiting in ``store``:
     ``queued`` and ``held_ids`` as :func:`~aviflow.backends.local.scan_queues` found them
     (and of ``extra``, a job not submitted yet, after them: a dry run). ``events``: the
     holding jobs' event logs as a caller that forecasts again and again keeps them (an
-    unchanged one is not read again); None reads them afresh."""
-    events = events or EventsCache()
-    holding = [h for h in (_holding(store, i, now, events) for i in held_ids) if h is not None]
+    unchanged one is not read again), ``paces`` their paces (:mod:`aviflow.pace`); None
+    reads them afresh."""
+    events, paces = events or EventsCache(), paces or PaceCache()
+    held = (_holding(store, i, now, events, paces) for i in held_ids)
+    holding = [h for h in held if h is not None]
     waiting: list[Waiting] = []
     for q in queued:
         try:

@@ -48,6 +48,7 @@ from aviflow.lifecycle import (
     StopAttempt,
     Tick,
 )
+from aviflow.pace import PaceCache
 from aviflow.paging import read_pages
 from aviflow.records import Event, EventType, FailureInfo, JobState, JobStatus
 from aviflow.runtime.env import RuntimeEnv
@@ -177,6 +178,7 @@ class Supervisor:
     # -- queue -----------------------------------------------------------------------------------
     def wait_for_turn(self) -> bool:
         store, events = RunStore(self.run.store_root), EventsCache()  # forecasts' reads
+        paces = PaceCache()
         reported: tuple[object, ...] | None = None
         forecast_at, estimate, numbers = 0.0, None, None
         while True:
@@ -203,8 +205,9 @@ class Supervisor:
             ):
                 forecast_at = now
                 found, waits = forecast(
-                    store, waiting, held, quotas, self.capacity, now, events=events
-                )
+                    store, waiting, held, quotas, self.capacity, now, events=events,
+                    paces=paces,
+                )  # fmt: skip
                 estimate, numbers = found.get(self.run.id), waits.get(self.run.id)
             if (verdict.position, verdict.reason, estimate, numbers) != reported:
                 reported = (verdict.position, verdict.reason, estimate, numbers)

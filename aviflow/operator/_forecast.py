@@ -3,9 +3,14 @@
 Every ``queued_tick`` the controller's ticker calls :meth:`PoolForecast.refresh`: it reads
 the ClusterQueues (their limits and use; cached :data:`CQ_TTL` seconds), the jobs holding
 GPUs (its TrainJob cache; how long each has held them, from its run directory's events, as
-the controller's :class:`~aviflow.store.EventsCache` has them: unchanged, not read again) and
-the queued ones in Kueue's order (its visibility API, as the queue positions), and replays
-admission forward (:mod:`aviflow.estimate`). GPUs a ClusterQueue's status counts that no
+the controller's :class:`~aviflow.store.EventsCache` has them: unchanged, not read again;
+when each releases them, by the pace of the steps it logged toward a declared total,
+:mod:`aviflow.pace`, else by its time limit) and the queued ones in Kueue's order (its
+visibility API, as the queue positions), and replays admission forward
+(:mod:`aviflow.estimate`). Admission itself takes time (Kueue's cycle, a reclaim's
+preemption): the forecast measures, for the jobs it told "fits now", how long they then
+waited, and widens every estimate's latest start by the 90th percentile of the last
+:data:`DELAYS` of those waits. GPUs a ClusterQueue's status counts that no
 Aviflow job holds (plain Kueue Jobs) are a holding with no known end. Each queued job's
 estimate reaches its status (``_write_status``); it is replaced only when it moved by a
 minute or a tenth of the wait, so a status is not rewritten every tick. The snapshot goes to
@@ -21,9 +26,9 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from aviflow.attempts import held_seconds
 from aviflow.errors import AviflowError
 from aviflow.estimate import (
     UNKNOWN,
@@ -32,13 +37,13 @@ from aviflow.estimate import (
     Waiting,
     WaitNumbers,
     estimate,
-    release_window,
     wait_numbers,
 )
 from aviflow.k8s import manifests as m
 from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, reclaims, snapshot_dict
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
-from aviflow.records import Event
+from aviflow.pace import PaceCache
+from aviflow.records import Event, EventType
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, atomic_write
 
@@ -47,9 +52,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aviflow.operator")
 
+DELAYS = 50  # the admission delays measured that the forecast keeps
 CQ_TTL = 10.0  # seconds the ClusterQueues and LocalQueues read are reused
 ASSUMED = (
-    "running jobs end by their time limit (those without one at an unknown time); "
+    "running jobs end at the pace of the steps they logged toward a declared total, else by "
+    "their time limit (those with neither at an unknown time); "
     "GPUs held by jobs Aviflow does not run end at an unknown time",
 )
 Forecast = tuple[Estimate | None, WaitNumbers | None]
@@ -82,6 +89,9 @@ class PoolForecast:
         self._cqs: tuple[float, dict[str, Any]] = (0.0, {})
         self._lqs: dict[tuple[str, str], tuple[float, str | None]] = {}
         self._denied = False
+        self._said_now: dict[str, float] = {}  # job id -> when it was first told "now"
+        self._delays: deque[float] = deque(maxlen=DELAYS)
+        self.paces = PaceCache()  # the running jobs' paces, their metrics read as they grow
 
     def get(self, job_id: str) -> Forecast:
         with self._lock:
@@ -130,14 +140,24 @@ class PoolForecast:
         self._lqs[(ns, lq)] = (now, cq)
         return cq
 
-    def _held(self, run: RunDir, job: TrainJob, now: float) -> tuple[float, float]:
+    def _held(
+        self, run: RunDir, job: TrainJob, now: float
+    ) -> tuple[tuple[float, float], float | None]:
+        """When the job releases its GPUs, and when its current attempt was admitted."""
         try:  # what the job's reconciles read already: an unchanged file is not read again
             events: tuple[Event, ...] = self.ctl.events.of(run)
         except (AviflowError, OSError, ValueError):
             events = ()
-        held = held_seconds(events, now)
-        window, _ = release_window(now, now - held, time_limit=job.spec.time_limit_seconds)
-        return window
+        window, _ = self.paces.release(run, events, job.spec.time_limit_seconds, now)
+        start = next((e.time for e in reversed(events) if e.type is EventType.STARTING), None)
+        return window, start
+
+    def admission_delay(self) -> float:
+        """The 90th percentile of the last :data:`DELAYS` waits of jobs that were told they
+        fit at once (0 before any): what "now" has meant on this cluster lately."""
+        with self._lock:
+            found = sorted(self._delays)
+        return found[int(0.9 * (len(found) - 1))] if found else 0.0
 
     def _refresh(self, now: float) -> None:
         cqs = self._cluster_queues(now)
@@ -164,8 +184,12 @@ class PoolForecast:
                 queues[job.spec.queue] = cq
                 state = (cr.get("status") or {}).get("state") or "QUEUED"
                 if state in ("STARTING", "RUNNING"):
-                    window = self._held(run, job, now)
+                    window, admitted = self._held(run, job, now)
                     holding.append(Holding(job_id, cq, job.spec.total_gpus, window))
+                    said = self._said_now.pop(job_id, None)
+                    if said is not None and admitted is not None:
+                        with self._lock:
+                            self._delays.append(max(0.0, admitted - said))
                 elif state == "QUEUED":
                     attempt = int((cr.get("status") or {}).get("attempt") or 0) + 1
                     positions = self.ctl.reads.positions(ns, job.spec.queue)
@@ -187,7 +211,17 @@ class PoolForecast:
         waiting = [w for _, _, w in sorted(queued, key=lambda q: (q[0], q[1]))]
         limits = [queue_limits(cq, gpu) for cq in cqs.values()]
         reclaim = all(reclaims(cq) for cq in cqs.values())
-        found = estimate(now, limits, holding, waiting, reclaim=reclaim, assumed=ASSUMED)
+        delay = self.admission_delay()
+        found = estimate(
+            now, limits, holding, waiting, reclaim=reclaim, assumed=ASSUMED,
+            admission_delay=delay,
+        )  # fmt: skip
+        held_ids = {h.id for h in holding}
+        for gone in [i for i in self._said_now if i not in found and i not in held_ids]:
+            del self._said_now[gone]  # cancelled, or ended, while it waited
+        for w in waiting:
+            if found[w.id].now:
+                self._said_now.setdefault(w.id, now)
         with self._lock:
             old = self._found
             self._found = {}
