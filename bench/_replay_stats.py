@@ -176,16 +176,23 @@ class Sample:
     started: float
 
 
-def estimate_errors(samples: Iterable[Sample], floor: float) -> tuple[list[float], int, int]:
+def estimate_errors(
+    samples: Iterable[Sample], floor: float, *, point: str = "middle"
+) -> tuple[list[float], int, int]:
     """``|point - started| / (started - at)`` per sample whose realised wait from the
     sample is at least ``floor`` seconds (shorter ones are counted, not rated), the point
-    being ``high`` (the jobs run to their time limits) or ``low`` where unbounded; with how
-    many were too short and how many realised starts fell within ``[low, high]``.
+    being the middle of ``[low, high]`` (what the pages say: "expected to start in about")
+    or, with ``point="high"``, its latest bound; ``low`` where unbounded. With how many
+    were too short and how many realised starts fell within ``[low, high]``.
 
     >>> estimate_errors([Sample(0.0, 0.0, 10.0, 8.0), Sample(0.0, 0.0, None, 4.0),
     ...                  Sample(5.0, 5.0, 6.0, 5.5)], floor=1.0)
-    ([0.25, 1.0], 1, 3)
+    ([0.375, 1.0], 1, 3)
+    >>> estimate_errors([Sample(0.0, 0.0, 10.0, 8.0)], floor=1.0, point="high")
+    ([0.25], 0, 1)
     """
+    if point not in ("middle", "high"):
+        raise ValueError(f"point: 'middle' or 'high', not {point!r}")
     errors: list[float] = []
     short = within = 0
     for s in samples:
@@ -195,8 +202,9 @@ def estimate_errors(samples: Iterable[Sample], floor: float) -> tuple[list[float
         if waited < floor:
             short += 1
             continue
-        point = s.low if s.high is None else s.high
-        errors.append(round(abs(point - s.started) / waited, 9))
+        middle = s.low if s.high is None else (s.low + s.high) / 2
+        at = s.high if point == "high" and s.high is not None else middle
+        errors.append(round(abs(at - s.started) / waited, 9))
     return errors, short, within
 
 

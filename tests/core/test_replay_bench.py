@@ -147,15 +147,19 @@ def test_matching_gpus_scans_for_the_static_p90() -> None:
     assert stats.matching_gpus(scan, 1.0) == (None, "not reached")
 
 
-def test_estimate_errors_rate_the_high_bound_against_the_realised_wait() -> None:
+def test_estimate_errors_rate_the_middle_of_the_range_against_the_realised_wait() -> None:
     samples = [
-        stats.Sample(at=100.0, low=100.0, high=110.0, started=108.0),  # |110-108| / 8
+        stats.Sample(at=100.0, low=100.0, high=110.0, started=108.0),  # |105-108| / 8
         stats.Sample(at=0.0, low=2.0, high=None, started=6.0),  # unbounded: low, 4 / 6
-        stats.Sample(at=50.0, low=50.0, high=60.0, started=70.0),  # late: 10 / 20, outside
+        stats.Sample(at=50.0, low=50.0, high=60.0, started=70.0),  # late: 15 / 20, outside
         stats.Sample(at=5.0, low=5.0, high=5.0, started=5.5),  # waited < floor
     ]
     errors, short, within = stats.estimate_errors(samples, floor=1.0)
+    assert (errors, short, within) == ([0.375, 0.666666667, 0.75], 1, 2)
+    errors, short, within = stats.estimate_errors(samples, floor=1.0, point="high")
     assert (errors, short, within) == ([0.25, 0.666666667, 0.5], 1, 2)
+    with pytest.raises(ValueError, match="point: 'middle' or 'high'"):
+        stats.estimate_errors(samples, floor=1.0, point="low")
 
 
 # -- the chart ---------------------------------------------------------------------------------------
