@@ -436,6 +436,7 @@ def main() -> None:
             "samples": position,
             "tokens": position * cfg.seq,
             "step_time": time.perf_counter() - began,
+            "total_steps": cfg.steps,  # the estimates of jobs behind it count on its pace
         }
         if step % cfg.eval_every == 0 or step == cfg.steps:
             eval_loss = evaluate()
