@@ -344,8 +344,8 @@ def estimate(
     pool's GPUs where fewer than its queues' quotas (the local backend's machine), and
     ``machine_fifo`` its rule (see :func:`_replay`); ``assumed``: what the caller took for
     granted in the windows it gave (added to each); ``admission_delay``: the seconds the
-    queue has lately taken to admit a job that fits (the caller measures it), added to
-    every latest start (a job that fits at once still says ``now``).
+    queue has lately taken to admit a job that fits at once (the caller measures it): such a
+    job still says ``now``, its latest start that much later.
 
     >>> est = estimate(0.0, [QueueLimits("a", 8)], [], [Waiting("w", "a", 8)],
     ...                admission_delay=3.0)["w"]
@@ -368,7 +368,7 @@ def estimate(
             low, high = high, low  # a later release can let a smaller job pass sooner
         low = low if low is not None else high
         at_once = low == high == now
-        if high is not None:
+        if at_once and high is not None:
             high += max(0.0, admission_delay)
         out[w.id] = Estimate(w.id, low, high, None, notes, now=at_once)
     return out

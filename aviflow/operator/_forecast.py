@@ -9,8 +9,8 @@ when each releases them, by the pace of the steps it logged toward a declared to
 visibility API, as the queue positions), and replays admission forward
 (:mod:`aviflow.estimate`). Admission itself takes time (Kueue's cycle, a reclaim's
 preemption): the forecast measures, for the jobs it told "fits now", how long they then
-waited, and widens every estimate's latest start by the 90th percentile of the last
-:data:`DELAYS` of those waits. GPUs a ClusterQueue's status counts that no
+waited, and puts the latest start of a job that fits at once that far off: the 90th
+percentile of the last :data:`DELAYS` of those waits. GPUs a ClusterQueue's status counts that no
 Aviflow job holds (plain Kueue Jobs) are a holding with no known end. Each queued job's
 estimate reaches its status (``_write_status``); it is replaced only when it moved by a
 minute or a tenth of the wait, so a status is not rewritten every tick. The snapshot goes to
