@@ -356,15 +356,28 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     a, b = queues["team-a"], queues["team-b"]
     assert (a.gpu_quota, a.gpus_in_use, a.pending_count, b.gpus_in_use) == (4, 4, 1, 4)
     assert [(p.id, p.position, p.gpus) for p in a.pending] == [(a2.id, 1, 4)]
+    # a3 behind a2, which has no time limit: no later bound; a2 cancelled, a3's estimate
+    # moves to a1's end, the only release ahead of it now
+    a3 = api.submit(tiny("a3", "team-a", env=slow, timeLimit="5m"), pool.backend)
+    behind = wait_for(lambda: a3.status_record().expected_start, 60, "a3's expected start")
+    assert behind.never is None and behind.high is None, behind
+    assert a2.cancel()
+    moved = wait_for(
+        lambda: (e := a3.status_record().expected_start) is not None and e.high is not None and e,
+        60,
+        lambda: f"a3's estimate bounded once a2 is cancelled, not {a3.status_record()}",
+    )
+    assert moved.high == pytest.approx(a1_end, abs=1.0), (moved, a1_end)
+    assert a2.wait(timeout=60) is JobState.CANCELLED
     assert a1.wait(timeout=240) is JobState.SUCCEEDED
-    assert a2.wait(timeout=240) is JobState.SUCCEEDED
+    assert a3.wait(timeout=240) is JobState.SUCCEEDED
     assert b1.wait(timeout=60) is JobState.SUCCEEDED
     started = {
-        j.name: next(e.time for e in j.events() if e.type is EventType.STARTING) for j in (a1, a2)
+        j.name: next(e.time for e in j.events() if e.type is EventType.STARTING) for j in (a1, a3)
     }
     ended_a1 = a1.events()[-1].time
-    assert started["a2"] >= ended_a1 - 1.0, "a2 started before a1 gave its GPUs back"
-    assert est.low is not None and est.low - 5.0 <= started["a2"] <= est.high  # as estimated
+    assert started["a3"] >= ended_a1 - 1.0, "a3 started before a1 gave its GPUs back"
+    assert moved.low is not None and moved.low - 5.0 <= started["a3"] <= moved.high  # as moved
 
 
 def test_preempted_borrower_resumes_from_its_checkpoint(make_pool: Any) -> None:
