@@ -172,7 +172,7 @@ while True:
         row = {{"step": int(done), "time": time.time(), "attempt": attempt,
                "values": {{"total_steps": hold}}}}
         with metrics.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(row) + "\\n")
     if done >= hold:
         break
     time.sleep(min(1.0, hold - done))

@@ -216,3 +216,44 @@ def test_the_modules_examples_hold(module: ModuleType) -> None:
     import doctest
 
     assert doctest.testmod(module).failed == 0
+
+
+# -- the stand-in pod ----------------------------------------------------------------------------------
+def _hold_template() -> str:
+    import ast
+
+    tree = ast.parse((BENCH / "replay.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["HOLD"]:
+            return str(ast.literal_eval(node.value))
+    raise AssertionError("bench/replay.py has no HOLD")
+
+
+def test_the_stand_in_pod_holds_beats_and_logs_its_steps_toward_its_hold(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    from aviflow.store import RunDir
+
+    run = tmp_path / "r1"
+    (run / "code").mkdir(parents=True)
+    (run / "data").mkdir()
+    (run / "code" / ".aviflow-job.yaml").write_text("env:\n  BENCH_HOLD: '2'\n")
+    script = tmp_path / "hold.py"
+    script.write_text(
+        _hold_template().format(
+            python=sys.executable, kubectl="/bin/true", kubeconfig="k", namespace="ns"
+        )
+    )
+    env = {**os.environ, "AVIFLOW_RUN_DIR": str(run), "AVIFLOW_ATTEMPT": "1"}
+    env["JOB_COMPLETION_INDEX"] = "0"  # no admission time from kubectl: it counts from now
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    rows = RunDir(run).metrics().items
+    assert {(r.attempt, json.dumps(r.values)) for r in rows} == {(1, '{"total_steps": 2}')}
+    steps = [r.step for r in rows]  # a row a second: 0, 1, 2 (a stalled machine skips one)
+    assert steps == sorted(set(steps)) and steps[-1] == 2 and len(steps) >= 2, steps
+    beat = json.loads((run / "data" / "heartbeats" / "node-0.json").read_text())
+    assert (beat["node"], beat["attempt"], beat["state"]) == (0, 1, "exited")
+    assert float((run / "data" / "bench-progress-0").read_text()) >= 2.0
