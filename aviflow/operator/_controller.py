@@ -8,7 +8,8 @@ and makes the cluster match: the headless Service and the next attempt's Job whi
 the Job stopped when the lifecycle says so, nothing left after a cancel. Every active job is
 also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers hand
 every cached object back every ``resync`` seconds (from their caches). A job is never
-reconciled by two workers at once. A TrainJob whose status is final costs nothing more: it is
+reconciled by two workers at once; a new submission's first reconcile goes ahead of the
+queued others (:mod:`._workqueue`), so in a burst the attempt Jobs are made first. A TrainJob whose status is final costs nothing more: it is
 neither queued nor read again, neither ticked nor handed back at a resync, and its cache keeps
 a few fields of it (:mod:`._cell`); its attempts' Jobs go after their
 ``ttlSecondsAfterFinished``.
@@ -250,7 +251,9 @@ class Controller:
 
     # -- informer callbacks ----------------------------------------------------------------------
     def _on_trainjob(self, obj: Obj) -> None:
-        """Queue the job unless only its status changed (our own patch coming back)."""
+        """Queue the job unless only its status changed (our own patch coming back); one
+        never reconciled (no status: a new submission) goes ahead of the others, since its
+        first reconcile creates its attempt Job (:class:`WorkQueue`'s urgent lane)."""
         meta = obj["metadata"]
         key = _key(meta["namespace"], meta["name"])
         if obj.get("deleted"):
@@ -265,7 +268,8 @@ class Controller:
         if self._seen.get(key) != seen:
             self._seen[key] = seen
             if not final(obj):
-                self.queue.put(key)
+                new = not (obj.get("status") or {}).get("state")
+                self.queue.put(key, urgent=new)
 
     def _on_child(self, obj: Obj) -> None:
         for job_id in job_label(obj):
