@@ -16,6 +16,12 @@ status is final costs nothing more: it is neither queued nor read again, neither
 handed back at a resync, and its cache keeps a few fields of it (:mod:`._cell`); its
 attempts' Jobs go after their ``ttlSecondsAfterFinished``.
 
+A queued job's position (Kueue's visibility API) and Kueue's reason for its wait reach its
+status once it has been queued ``queued_tick`` seconds (since its last QUEUED event): the
+ticker reconciles queued jobs every ``queued_tick``, so they show within twice that, and a
+job admitted sooner (the pool has room) costs neither the visibility call nor a status
+patch for them.
+
 Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
 never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a
 TrainJob with no directory is adopted only when kubectl made it (:mod:`._binding`).
@@ -91,6 +97,12 @@ class Deposed(Exception):
 def _key(namespace: str, name: str) -> str:
     """A TrainJob's key in the work queue."""
     return f"{namespace}/{name}"
+
+
+def queued_since(lc: Lifecycle, default: float) -> float:
+    """When a queued job was queued last (every way into QUEUED records a QUEUED event:
+    submitted, requeued after an eviction, waiting to restart), else ``default``."""
+    return next((e.time for e in reversed(lc.events) if e.type is EventType.QUEUED), default)
 
 
 class Controller:
@@ -375,7 +387,7 @@ class Controller:
             self._ensure_attempt(cell, job, ref, lc, run)  # level: the next attempt's Job exists
         if lc.state.is_finished() and lc.state is JobState.CANCELLED:
             self.children.delete(cell, job_id)
-        self._write_status(cr, run, lc, snap, job_id)
+        self._write_status(cr, run, lc, snap, job_id, now)
         if lc.state.is_finished():
             self.children.forget(ns, job_id)
 
@@ -494,10 +506,13 @@ class Controller:
         return path.relative_to(self.store.root).as_posix()
 
     def _write_status(
-        self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str
+        self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str, now: float
     ) -> None:
+        """The job's status, in its run directory and on its TrainJob. A queued job's
+        position (Kueue's visibility API) and Kueue's reason once it has waited
+        ``queued_tick`` seconds: one admitted sooner costs neither that call nor a patch."""
         ns, position, message = cr["metadata"]["namespace"], None, None
-        if lc.state is JobState.QUEUED:
+        if lc.state is JobState.QUEUED and now - queued_since(lc, now) >= self.queued_tick:
             wl = snap.workloads.get(lc.attempt + 1)  # the snapshot found it already
             if wl is not None:
                 position = self.reads.positions(ns, wl.queue).get(wl.name)

@@ -5,6 +5,7 @@ the controller's informer caches are filled by hand and its API clients record e
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,7 @@ def test_a_first_reconcile_creates_the_service_the_policy_and_the_job_once_in_or
     assert [(e.type, e.attempt) for e in run.events().items] == [(EventType.QUEUED, 0)]
     assert h.reconcile() == [("create_namespaced_job", "j1-a1")]  # the cache is behind: 409
     h.job_seen("j1", 1)
-    assert h.reconcile() == PATCHED  # its queue position; no create
+    assert h.reconcile() == []  # no create; its queue position waits queued_tick
     # attempt 1 failed and the job waits to restart: the next attempt's Job alone
     run.append_events(
         [Event(EventType.RESTARTING, 1, "node 0 failed", 2.0), Event(EventType.QUEUED, 1, "", 2.0)]
@@ -201,3 +202,22 @@ def test_a_cancelled_or_failed_job_is_forgotten(tmp_path: Path) -> None:
     h.reconcile("j2")
     assert h.store.get("j2").status().state is JobState.FAILED
     assert h.ctl.children._networked == set()
+
+
+def test_the_queue_details_wait_queued_tick(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    run = h.submit("j1")
+    h.reconcile()
+    h.job_seen("j1", 1, pending="couldn't assign flavors: insufficient quota")
+    assert h.reconcile() == [] and h.positions == []  # just queued: no visibility call
+    assert (run.status().queue_position, run.status().message) == (None, "waiting for admission")
+    h2 = Harness(tmp_path / "2")
+    run = h2.submit("j1")
+    run.append_events([Event(EventType.QUEUED, 0, "waiting for admission", time.time() - 5)])
+    h2.job_seen("j1", 1, pending="insufficient quota")
+    assert h2.reconcile() == PATCHED and h2.positions == ["q"]  # waited queued_tick: shown
+    status = run.status()
+    assert (status.queue_position, status.message) == (
+        1,
+        "waiting for admission: insufficient quota",
+    )
