@@ -418,7 +418,7 @@ class Controller:
             for wl in cell.workloads.by(name):
                 workloads[attempt] = WorkloadView.of(wl, attempt, self.settings.gpu_resource)
         beats = {}
-        for node in range(job.spec.nodes):
+        for node in range(job.spec.nodes) if jobs else ():  # no Job: no pod beats for it
             beat = run.heartbeat(node).get("attempt")
             if isinstance(beat, int):
                 beats[node] = beat

@@ -221,3 +221,25 @@ def test_the_queue_details_wait_queued_tick(tmp_path: Path) -> None:
         1,
         "waiting for admission: insufficient quota",
     )
+
+
+def test_a_job_with_no_attempt_job_reads_no_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's heartbeat only tells a started attempt's pods are up: before any attempt
+    Job exists there is none to read (a first reconcile reads no file of the job's)."""
+    read: list[int] = []
+    real = RunDir.heartbeat
+
+    def heartbeat(self: RunDir, node: int) -> dict[str, Any]:
+        read.append(node)
+        return real(self, node)
+
+    monkeypatch.setattr(RunDir, "heartbeat", heartbeat)
+    h = Harness(tmp_path)
+    h.submit("j1", nodes=3)
+    h.reconcile()
+    assert read == []
+    h.job_seen("j1", 1)
+    h.reconcile()
+    assert read == [0, 1, 2]
