@@ -4,10 +4,12 @@ Service and NetworkPolicy (one each per job) and each attempt's Job.
 The Service and the NetworkPolicy are created before every attempt Job (the policy must be
 there before any of the job's pods runs: never the Job first). Each is created once per job
 and process: :class:`Children` remembers the jobs whose pair it created (or found there: a
-``409``), and an attempt after that creates its Job alone. It forgets a job when it deletes
-its children (a cancel), when the TrainJob is deleted and when its status is final; a
-controller that starts (or takes the lease over) remembers nothing, so it creates them again
-(``409``: already there) before its first attempt Job of each job.
+``409``), by TrainJob uid, and an attempt after that creates its Job alone. It forgets a job
+when it deletes its children (a cancel), when the TrainJob is deleted and when its status is
+final (a TrainJob made again under the same name has another uid: its pair, which the old
+one's deletion took with it, is made again); a controller that starts (or takes the lease
+over) remembers nothing, so it creates them again (``409``: already there) before its first
+attempt Job of each job.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Children:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
         self._lock = threading.Lock()
-        self._networked: set[tuple[str, str]] = set()  # (namespace, job id): pair created
+        self._networked: dict[tuple[str, str], str] = {}  # (namespace, job id) -> uid
 
     def create(self, call: Any, body: dict[str, Any]) -> None:
         """``call(namespace, body)``; ``409`` (already there: a reconcile before us made it)
@@ -50,19 +52,19 @@ class Children:
         this process made them already."""
         key = (cell.ns, ref.id)
         with self._lock:
-            if key in self._networked:
+            if self._networked.get(key) == ref.uid:
                 return
         self.create(self.ctl.core.create_namespaced_service, m.service(ref, cell.settings))
         if cell.settings.network_policy:
             policy = m.network_policy(ref, cell.settings)
             self.create(self.ctl.net.create_namespaced_network_policy, policy)
         with self._lock:
-            self._networked.add(key)
+            self._networked[key] = ref.uid
 
     def forget(self, namespace: str, job_id: str) -> None:
         """The job's Service and NetworkPolicy are to be created again before its next Job."""
         with self._lock:
-            self._networked.discard((namespace, job_id))
+            self._networked.pop((namespace, job_id), None)
 
     def delete_job(self, ns: str, name: str) -> None:
         self.ctl._guard()

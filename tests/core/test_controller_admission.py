@@ -179,9 +179,14 @@ def test_a_deleted_trainjob_is_forgotten(tmp_path: Path) -> None:
     h.submit("j1")
     h.reconcile()
     cr = h.cell.trainjobs.get(NS, "j1")
-    assert cr is not None and h.ctl.children._networked == {(NS, "j1")}
+    assert cr is not None and h.ctl.children._networked == {(NS, "j1"): "uid-j1"}
     h.ctl._on_trainjob({**cr, "deleted": True})
-    assert h.ctl.children._networked == set()
+    assert h.ctl.children._networked == {}
+    # remembered by uid: a pair made for one TrainJob is not another's of the same name
+    del h.calls[:]
+    for uid in ("uid-1", "uid-1", "uid-2"):
+        h.ctl.children.ensure_network(h.cell, m.JobRef("j1", uid, "ada"))
+    assert h.calls == CREATED[:2] * 2
 
 
 def test_a_cancelled_or_failed_job_is_forgotten(tmp_path: Path) -> None:
@@ -190,18 +195,18 @@ def test_a_cancelled_or_failed_job_is_forgotten(tmp_path: Path) -> None:
     h.submit("j2", runtime="ib")
     h.reconcile("j1")
     h.reconcile("j2")
-    assert h.ctl.children._networked == {(NS, "j1"), (NS, "j2")}
+    assert h.ctl.children._networked == {(NS, "j1"): "uid-j1", (NS, "j2"): "uid-j2"}
     cr = h.cell.trainjobs.get(NS, "j1")
     assert cr is not None
     cr["metadata"]["annotations"] = {m.ANNOTATION_CANCEL: "enough"}
     h.reconcile("j1")
     assert ("delete_namespaced_service", "avf-j1") in h.calls
-    assert h.ctl.children._networked == {(NS, "j2")}
+    assert h.ctl.children._networked == {(NS, "j2"): "uid-j2"}
     # an admin removed the runtime j2 pinned: it fails before its Job is made
     h.cell.settings = ClusterSettings.from_dict({**h.raw, "runtimes": {"roce": {}}})
     h.reconcile("j2")
     assert h.store.get("j2").status().state is JobState.FAILED
-    assert h.ctl.children._networked == set()
+    assert h.ctl.children._networked == {}
 
 
 def test_the_queue_details_wait_queued_tick(tmp_path: Path) -> None:
