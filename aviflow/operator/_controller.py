@@ -4,14 +4,23 @@ Level-triggered: every change of a TrainJob, or of a Job, Pod or Kueue Workload 
 its id, queues that job; a reconcile rebuilds the job's :class:`~aviflow.lifecycle.Lifecycle`
 from its events in the run store, compares it with what the cluster shows
 (:mod:`._observe`), records the events that follow (the controller is their only writer)
-and makes the cluster match: the headless Service and the next attempt's Job while queued,
-the Job stopped when the lifecycle says so, nothing left after a cancel. Every active job is
-also reconciled every ``tick`` seconds (time limits, heartbeats), and the informers hand
-every cached object back every ``resync`` seconds (from their caches). A job is never
-reconciled by two workers at once. A TrainJob whose status is final costs nothing more: it is
-neither queued nor read again, neither ticked nor handed back at a resync, and its cache keeps
-a few fields of it (:mod:`._cell`); its attempts' Jobs go after their
-``ttlSecondsAfterFinished``.
+and makes the cluster match: the headless Service and NetworkPolicy (created once per job
+and process, :mod:`._children`) and the next attempt's Job while queued, the Job stopped
+when the lifecycle says so, nothing left after a cancel. Every active job is also reconciled
+every ``tick`` seconds (time limits, heartbeats), and the informers hand every cached object
+back every ``resync`` seconds (from their caches). A job is never reconciled by two workers
+at once; a new submission (a TrainJob with no status yet) is reconciled ahead of the jobs
+queued before it (:mod:`._workqueue`), so in a burst the first reconciles, which create the
+attempt Jobs, are not held up behind the earlier jobs' children's changes. A TrainJob whose
+status is final costs nothing more: it is neither queued nor read again, neither ticked nor
+handed back at a resync, and its cache keeps a few fields of it (:mod:`._cell`); its
+attempts' Jobs go after their ``ttlSecondsAfterFinished``.
+
+A queued job's position (Kueue's visibility API) and Kueue's reason for its wait reach its
+status once it has been queued ``queued_tick`` seconds (since its last QUEUED event): the
+ticker reconciles queued jobs every ``queued_tick``, so they show within twice that, and a
+job admitted sooner (the pool has room) costs neither the visibility call nor a status
+patch for them.
 
 Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
 never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a
@@ -57,6 +66,7 @@ from aviflow.lifecycle import (
 )
 from aviflow.operator._binding import Binder
 from aviflow.operator._cell import ACTIVE, Cell, final, job_label
+from aviflow.operator._children import Children
 from aviflow.operator._forecast import PoolForecast
 from aviflow.operator._informer import Obj
 from aviflow.operator._observe import (
@@ -87,6 +97,12 @@ class Deposed(Exception):
 def _key(namespace: str, name: str) -> str:
     """A TrainJob's key in the work queue."""
     return f"{namespace}/{name}"
+
+
+def queued_since(lc: Lifecycle, default: float) -> float:
+    """When a queued job was queued last (every way into QUEUED records a QUEUED event:
+    submitted, requeued after an eviction, waiting to restart), else ``default``."""
+    return next((e.time for e in reversed(lc.events) if e.type is EventType.QUEUED), default)
 
 
 class Controller:
@@ -139,6 +155,7 @@ class Controller:
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
         self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
         self._full: dict[str, float] = {}  # TrainJob key -> since when the store refused it
+        self.children = Children(self)
 
     # -- running ---------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> None:
@@ -250,11 +267,14 @@ class Controller:
 
     # -- informer callbacks ----------------------------------------------------------------------
     def _on_trainjob(self, obj: Obj) -> None:
-        """Queue the job unless only its status changed (our own patch coming back)."""
+        """Queue the job unless only its status changed (our own patch coming back); one
+        never reconciled (no status: a new submission) goes ahead of the others, since its
+        first reconcile creates its attempt Job (:class:`WorkQueue`'s urgent lane)."""
         meta = obj["metadata"]
         key = _key(meta["namespace"], meta["name"])
         if obj.get("deleted"):
             self._seen.pop(key, None)
+            self.children.forget(meta["namespace"], meta["name"])
             self._written.pop(meta.get("uid", ""), None)
             if not final(obj):  # a final one had its end recorded
                 self._deleted[key] = obj
@@ -265,7 +285,8 @@ class Controller:
         if self._seen.get(key) != seen:
             self._seen[key] = seen
             if not final(obj):
-                self.queue.put(key)
+                new = not (obj.get("status") or {}).get("state")
+                self.queue.put(key, urgent=new)
 
     def _on_child(self, obj: Obj) -> None:
         for job_id in job_label(obj):
@@ -295,6 +316,7 @@ class Controller:
                 self._record_deleted(gone)
             return
         if final(cr):
+            self.children.forget(ns, job_id)
             return  # ended, and recorded: a child's change or a resync costs this lookup only
         run = self.binder.run_dir(cr)
         if run is None:
@@ -360,13 +382,14 @@ class Controller:
             self._guard()
             run.append_events(events)  # all or none: a full store keeps none of them
             self._cross_check(job_id, lc.events, events)
-        for action in actions:
-            self._carry_out(cell, action, job, ref, lc, run, snap)
-        if lc.state is JobState.QUEUED:
+        made = {self._carry_out(cell, action, job, ref, lc, run, snap) for action in actions}
+        if lc.state is JobState.QUEUED and lc.attempt + 1 not in made:
             self._ensure_attempt(cell, job, ref, lc, run)  # level: the next attempt's Job exists
         if lc.state.is_finished() and lc.state is JobState.CANCELLED:
-            self._delete_children(cell, job_id)
-        self._write_status(cr, run, lc, snap, job_id)
+            self.children.delete(cell, job_id)
+        self._write_status(cr, run, lc, snap, job_id, now)
+        if lc.state.is_finished():
+            self.children.forget(ns, job_id)
 
     @staticmethod
     def _cross_check(job_id: str, history: tuple[Event, ...], new: list[Event]) -> None:
@@ -395,7 +418,7 @@ class Controller:
             for wl in cell.workloads.by(name):
                 workloads[attempt] = WorkloadView.of(wl, attempt, self.settings.gpu_resource)
         beats = {}
-        for node in range(job.spec.nodes):
+        for node in range(job.spec.nodes) if jobs else ():  # no Job: no pod beats for it
             beat = run.heartbeat(node).get("attempt")
             if isinstance(beat, int):
                 beats[node] = beat
@@ -438,27 +461,28 @@ class Controller:
         lc: Lifecycle,
         run: RunDir,
         snap: Snapshot,
-    ) -> None:
+    ) -> int | None:
+        """Carry ``action`` out; the attempt whose Job it made sure of, if it did."""
         if isinstance(action, StartAttempt):
             if not lc.state.is_finished():
-                self._ensure_attempt(cell, job, ref, lc, run)
+                return self._ensure_attempt(cell, job, ref, lc, run)
         elif isinstance(action, StopAttempt):
             view = snap.jobs.get(action.attempt)
             failing = any(p.exit_code not in (None, 0) for p in snap.pods_of(action.attempt))
             if view is not None and not view.finished and not failing:
                 # a failing pod makes the Job controller stop the rest (podFailurePolicy)
-                self._delete_job(cell.ns, m.attempt_name(ref.id, action.attempt))
+                self.children.delete_job(cell.ns, m.attempt_name(ref.id, action.attempt))
+        return None
 
     def _ensure_attempt(
         self, cell: Cell, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir
-    ) -> None:
+    ) -> int:
+        """The next attempt's Job exists (after the job's Service and NetworkPolicy); its
+        number."""
         attempt, settings = lc.attempt + 1, cell.settings
         if cell.jobs.get(cell.ns, m.attempt_name(ref.id, attempt)) is not None:
-            return
-        self._create(self.core.create_namespaced_service, m.service(ref, settings))
-        if settings.network_policy:
-            policy = m.network_policy(ref, settings)
-            self._create(self.net.create_namespaced_network_policy, policy)
+            return attempt
+        self.children.ensure_network(cell, ref)
         deadline = None
         if job.spec.time_limit_seconds is not None:
             left = job.spec.time_limit_seconds - held_seconds(lc.events, time.time())
@@ -471,7 +495,8 @@ class Controller:
             deadline_seconds=deadline,
             resume_subpath=self._resume_subpath(job, run),
         )
-        self._create(self.batch.create_namespaced_job, body)
+        self.children.create(self.batch.create_namespaced_job, body)
+        return attempt
 
     def _resume_subpath(self, job: TrainJob, run: RunDir) -> str | None:
         start = job.spec.resume_from
@@ -480,44 +505,14 @@ class Controller:
         path = self.store.checkpoint_path(CheckpointRef(start.job, start.step))
         return path.relative_to(self.store.root).as_posix()
 
-    def _create(self, call: Any, body: dict[str, Any]) -> None:
-        self._guard()
-        try:
-            call(body["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT)
-        except ApiException as exc:
-            if exc.status != 409:  # already there: a reconcile before us made it
-                raise
-
-    def _delete_job(self, ns: str, name: str) -> None:
-        self._guard()
-        try:
-            self.batch.delete_namespaced_job(
-                name, ns, propagation_policy="Background", _request_timeout=API_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    def _delete_children(self, cell: Cell, job_id: str) -> None:
-        for obj in cell.jobs.by(job_id):
-            if not obj["metadata"].get("deletionTimestamp"):
-                self._delete_job(cell.ns, obj["metadata"]["name"])
-        deletes: list[Callable[..., object]] = [self.core.delete_namespaced_service]
-        if self.settings.network_policy:
-            deletes.append(self.net.delete_namespaced_network_policy)
-        for delete in deletes:
-            self._guard()
-            try:
-                delete(m.service_name(job_id), cell.ns, _request_timeout=API_TIMEOUT)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-
     def _write_status(
-        self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str
+        self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str, now: float
     ) -> None:
+        """The job's status, in its run directory and on its TrainJob. A queued job's
+        position (Kueue's visibility API) and Kueue's reason once it has waited
+        ``queued_tick`` seconds: one admitted sooner costs neither that call nor a patch."""
         ns, position, message = cr["metadata"]["namespace"], None, None
-        if lc.state is JobState.QUEUED:
+        if lc.state is JobState.QUEUED and now - queued_since(lc, now) >= self.queued_tick:
             wl = snap.workloads.get(lc.attempt + 1)  # the snapshot found it already
             if wl is not None:
                 position = self.reads.positions(ns, wl.queue).get(wl.name)
@@ -574,7 +569,7 @@ class Controller:
         for obj in cell.jobs.by(meta["name"]) if cell is not None else ():
             owners = obj["metadata"].get("ownerReferences") or []
             if any(o.get("uid") == meta.get("uid") for o in owners):
-                self._delete_job(meta["namespace"], obj["metadata"]["name"])
+                self.children.delete_job(meta["namespace"], obj["metadata"]["name"])
         status = JobStatus(JobState.FAILED, 0, message, time.time())
         self._guard()
         try:

@@ -1,0 +1,250 @@
+"""What the controller does between a TrainJob's create call and its attempt Job (issue 28:
+``bench/admission.py``'s room burst): new submissions are reconciled first, a first
+reconcile makes only the calls it needs, the queue details wait ``queued_tick``. No cluster:
+the controller's informer caches are filled by hand and its API clients record each call."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from aviflow.k8s import manifests as m
+from aviflow.k8s.settings import ClusterSettings
+from aviflow.operator._controller import Controller
+from aviflow.records import Event, EventType, JobState
+from aviflow.spec import TrainJob
+from aviflow.store import RunDir, RunStore
+
+NS = "team-a"
+
+
+class Calls:
+    """Stands for one of the controller's API clients: records every call as (method, name
+    of the object) and answers ``{}``, or raises ``ApiException(fail[method])``."""
+
+    def __init__(self, log: list[tuple[str, str]], fail: dict[str, int]) -> None:
+        self._log, self._fail = log, fail
+
+    def __getattr__(self, method: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            body = next((a for a in args if isinstance(a, dict)), {})
+            named = [a for a in args if isinstance(a, str) and a != NS]
+            self._log.append((method, (body.get("metadata") or {}).get("name") or named[-1]))
+            if method in self._fail:
+                raise ApiException(status=self._fail[method])
+            return {}
+
+        return call
+
+
+class Harness:
+    """A controller of namespace ``team-a`` whose API calls land in ``calls`` and whose
+    queue position reads (Kueue's visibility API) in ``positions``."""
+
+    def __init__(self, tmp_path: Path, **settings: Any) -> None:
+        raw = {"image": "t:1", "namespace": NS, "runs": {"localPath": str(tmp_path)}}
+        self.raw = {**raw, **settings}
+        self.store = RunStore(tmp_path)
+        self.ctl = Controller(
+            client.ApiClient(), ClusterSettings.from_dict(self.raw), self.store, queued_tick=5.0
+        )
+        self.calls: list[tuple[str, str]] = []
+        self.fail: dict[str, int] = {}
+        for api in ("core", "net", "batch", "custom"):
+            setattr(self.ctl, api, Calls(self.calls, self.fail))
+        self.positions: list[str] = []
+
+        def positions(ns: str, queue: str) -> dict[str, int]:
+            self.positions.append(queue)
+            return {"wl-j1-a1": 1}
+
+        self.ctl.reads.positions = positions  # type: ignore[method-assign]
+        self.cell = self.ctl.cells[NS]
+
+    def submit(self, name: str = "j1", nodes: int = 1, **spec: Any) -> RunDir:
+        """A job's run directory (as aviflow-api writes it) and its TrainJob in the cache."""
+        spec = {"queue": "q", "nodes": nodes, "gpusPerNode": 1, "command": ["true"], **spec}
+        job = TrainJob.from_dict({"metadata": {"name": name}, "spec": spec})
+        run = self.store.create(
+            job, {}, "ada", team="a", backend="kubernetes", origin={"namespace": NS}, job_id=name
+        )
+        meta = {"namespace": NS, "name": name, "uid": f"uid-{name}", "generation": 1}
+        cr = {"apiVersion": "aviflow.dev/v1", "kind": "TrainJob", "metadata": meta, "spec": spec}
+        self.cell.trainjobs._put((NS, name), cr)
+        return run
+
+    def reconcile(self, name: str = "j1") -> list[tuple[str, str]]:
+        """The calls one reconcile of job ``name`` makes."""
+        del self.calls[:]
+        self.ctl.reconcile(f"{NS}/{name}")
+        return list(self.calls)
+
+    def job_seen(self, name: str, attempt: int, pending: str = "") -> None:
+        """The informers see attempt ``attempt``'s Job and its Workload, waiting (``pending``:
+        Kueue's reason)."""
+        job_name = f"{name}-a{attempt}"
+        labels = {m.LABEL_JOB: name, m.LABEL_ATTEMPT: str(attempt)}
+        self.cell.jobs._put((NS, job_name), {"metadata": {"name": job_name, "labels": labels}})
+        reserved = {"type": "QuotaReserved", "status": "False", "message": pending}
+        wl = {
+            "metadata": {
+                "namespace": NS,
+                "name": f"wl-{job_name}",
+                "ownerReferences": [{"kind": "Job", "name": job_name}],
+            },
+            "spec": {"queueName": "q"},
+            "status": {"conditions": [reserved] if pending else []},
+        }
+        self.cell.workloads._put((NS, f"wl-{job_name}"), wl)
+
+
+CREATED = [
+    ("create_namespaced_service", "avf-j1"),
+    ("create_namespaced_network_policy", "avf-j1"),
+    ("create_namespaced_job", "j1-a1"),
+]
+PATCHED = [("patch_namespaced_custom_object_status", "j1")]
+
+
+def test_a_trainjob_never_reconciled_goes_ahead_of_the_others(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    ctl = h.ctl
+
+    def trainjob(name: str, state: str | None, generation: int = 1) -> dict[str, Any]:
+        meta = {"namespace": NS, "name": name, "uid": f"u-{name}", "generation": generation}
+        return {"metadata": meta, "status": {"state": state} if state else {}}
+
+    ctl._on_trainjob(trainjob("old", "QUEUED"))
+    ctl._on_child({"metadata": {"namespace": NS, "labels": {m.LABEL_JOB: "older"}}})
+    ctl._on_trainjob(trainjob("new-1", None))
+    ctl._on_trainjob(trainjob("running", "RUNNING", generation=2))
+    ctl._on_trainjob({"metadata": trainjob("new-2", None)["metadata"]})  # no status at all
+    ctl._on_trainjob(trainjob("done", "SUCCEEDED"))  # final: not queued at all
+    assert ctl.queue.waiting == [f"{NS}/{n}" for n in ("new-1", "new-2", "old", "older", "running")]
+    # its own status patch coming back queues nothing; a deleted one is not urgent
+    ctl._on_trainjob(trainjob("new-1", "QUEUED"))
+    ctl._on_trainjob({**trainjob("gone", None), "deleted": True})
+    assert ctl.queue.waiting[-1] == f"{NS}/gone" and len(ctl.queue.waiting) == 6
+
+
+def test_a_first_reconcile_creates_the_service_the_policy_and_the_job_once_in_order(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    run = h.submit("j1")
+    assert h.reconcile() == CREATED + PATCHED  # the action and the level: one Job made
+    assert [(e.type, e.attempt) for e in run.events().items] == [(EventType.QUEUED, 0)]
+    assert h.reconcile() == [("create_namespaced_job", "j1-a1")]  # the cache is behind: 409
+    h.job_seen("j1", 1)
+    assert h.reconcile() == []  # no create; its queue position waits queued_tick
+    # attempt 1 failed and the job waits to restart: the next attempt's Job alone
+    run.append_events(
+        [Event(EventType.RESTARTING, 1, "node 0 failed", 2.0), Event(EventType.QUEUED, 1, "", 2.0)]
+    )
+    assert h.reconcile() == [("create_namespaced_job", "j1-a2"), *PATCHED]
+
+
+def test_a_pair_already_there_is_not_created_again_and_a_refused_one_is(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.submit("j1")
+    h.fail.update(create_namespaced_service=409, create_namespaced_network_policy=409)
+    assert h.reconcile() == CREATED + PATCHED  # a controller that started: already there
+    assert h.reconcile() == [("create_namespaced_job", "j1-a1")]
+    h2 = Harness(tmp_path / "2")
+    h2.submit("j1")
+    h2.fail["create_namespaced_network_policy"] = 403
+    with pytest.raises(ApiException):
+        h2.reconcile()
+    assert h2.calls == CREATED[:2]  # no Job without its policy
+    del h2.fail["create_namespaced_network_policy"]
+    assert h2.reconcile() == CREATED + PATCHED  # the pair again: it was not made
+
+
+def test_without_network_policies_the_service_comes_first(tmp_path: Path) -> None:
+    h = Harness(tmp_path, networkPolicy=False)
+    h.submit("j1")
+    assert h.reconcile() == [CREATED[0], CREATED[2], *PATCHED]
+    assert h.reconcile() == [CREATED[2]]
+
+
+def test_a_deleted_trainjob_is_forgotten(tmp_path: Path) -> None:
+    """A TrainJob made again under the name of a deleted one gets its pair again (the
+    deleted one's went with it)."""
+    h = Harness(tmp_path)
+    h.submit("j1")
+    h.reconcile()
+    cr = h.cell.trainjobs.get(NS, "j1")
+    assert cr is not None and h.ctl.children._networked == {(NS, "j1"): "uid-j1"}
+    h.ctl._on_trainjob({**cr, "deleted": True})
+    assert h.ctl.children._networked == {}
+    # remembered by uid: a pair made for one TrainJob is not another's of the same name
+    del h.calls[:]
+    for uid in ("uid-1", "uid-1", "uid-2"):
+        h.ctl.children.ensure_network(h.cell, m.JobRef("j1", uid, "ada"))
+    assert h.calls == CREATED[:2] * 2
+
+
+def test_a_cancelled_or_failed_job_is_forgotten(tmp_path: Path) -> None:
+    h = Harness(tmp_path, runtimes={"ib": {}})
+    h.submit("j1", runtime="ib")
+    h.submit("j2", runtime="ib")
+    h.reconcile("j1")
+    h.reconcile("j2")
+    assert h.ctl.children._networked == {(NS, "j1"): "uid-j1", (NS, "j2"): "uid-j2"}
+    cr = h.cell.trainjobs.get(NS, "j1")
+    assert cr is not None
+    cr["metadata"]["annotations"] = {m.ANNOTATION_CANCEL: "enough"}
+    h.reconcile("j1")
+    assert ("delete_namespaced_service", "avf-j1") in h.calls
+    assert h.ctl.children._networked == {(NS, "j2"): "uid-j2"}
+    # an admin removed the runtime j2 pinned: it fails before its Job is made
+    h.cell.settings = ClusterSettings.from_dict({**h.raw, "runtimes": {"roce": {}}})
+    h.reconcile("j2")
+    assert h.store.get("j2").status().state is JobState.FAILED
+    assert h.ctl.children._networked == {}
+
+
+def test_the_queue_details_wait_queued_tick(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    run = h.submit("j1")
+    h.reconcile()
+    h.job_seen("j1", 1, pending="couldn't assign flavors: insufficient quota")
+    assert h.reconcile() == [] and h.positions == []  # just queued: no visibility call
+    assert (run.status().queue_position, run.status().message) == (None, "waiting for admission")
+    h2 = Harness(tmp_path / "2")
+    run = h2.submit("j1")
+    run.append_events([Event(EventType.QUEUED, 0, "waiting for admission", time.time() - 5)])
+    h2.job_seen("j1", 1, pending="insufficient quota")
+    assert h2.reconcile() == PATCHED and h2.positions == ["q"]  # waited queued_tick: shown
+    status = run.status()
+    assert (status.queue_position, status.message) == (
+        1,
+        "waiting for admission: insufficient quota",
+    )
+
+
+def test_a_job_with_no_attempt_job_reads_no_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's heartbeat only tells a started attempt's pods are up: before any attempt
+    Job exists there is none to read (a first reconcile reads no file of the job's)."""
+    read: list[int] = []
+    real = RunDir.heartbeat
+
+    def heartbeat(self: RunDir, node: int) -> dict[str, Any]:
+        read.append(node)
+        return real(self, node)
+
+    monkeypatch.setattr(RunDir, "heartbeat", heartbeat)
+    h = Harness(tmp_path)
+    h.submit("j1", nodes=3)
+    h.reconcile()
+    assert read == []
+    h.job_seen("j1", 1)
+    h.reconcile()
+    assert read == [0, 1, 2]
