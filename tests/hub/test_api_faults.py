@@ -251,7 +251,10 @@ def test_killing_aviflow_api_and_the_hub_mid_flight_loses_and_duplicates_nothing
         wait_for(
             lambda: {s.id: s.state for s in ledger.summaries()} == ended,
             60,
-            lambda: f"the ledger has every job in its state: {ledger.summaries()} {ended}",
+            lambda: (
+                f"the ledger has every job in its state: {ledger.summaries()} {ended}; "
+                f"aviflow-api: {api_proc.logs()[-6000:]}"
+            ),
         )
     finally:  # each step whatever the one before did: no process outlives the test
         try:
