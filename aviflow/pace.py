@@ -33,7 +33,7 @@ from aviflow.estimate import release_window
 from aviflow.records import Event, EventType
 from aviflow.store import RunDir
 from aviflow.store._data import metric_row
-from aviflow.store._files import read_records
+from aviflow.store._files import open_beneath, read_records
 
 TOTAL_KEY = "total_steps"
 TAIL = 256 << 10  # bytes of a metrics file read at most per look
@@ -119,6 +119,11 @@ def _parse(obj: dict[str, Any]) -> tuple[int, float, int, int | None] | None:
     return row.step, row.time, row.attempt, _total(row.values)
 
 
+def current_start(events: Sequence[Event]) -> Event | None:
+    """The ``STARTING`` event of the job's current attempt (its admission), if any."""
+    return next((e for e in reversed(events) if e.type is EventType.STARTING), None)
+
+
 class PaceCache:
     """Each running job's :class:`Pace`, its metrics read as they grow (see the module
     docstring). Safe to share between threads."""
@@ -135,7 +140,7 @@ class PaceCache:
         (:func:`~aviflow.estimate.release_window`): by its pace where its current attempt
         logged one, else by its time limit (what it has left of it)."""
         held = held_seconds(events, now)
-        start = next((e for e in reversed(events) if e.type is EventType.STARTING), None)
+        start = current_start(events)
         pace = self.of(run, start.attempt, start.time, now) if start is not None else None
         progress = pace.progress() if pace is not None else None
         return release_window(
@@ -145,9 +150,10 @@ class PaceCache:
 
     def of(self, run: RunDir, attempt: int, admitted: float, now: float) -> Pace | None:
         path = run.metrics_path
-        try:
-            st = os.lstat(path)  # the read opens it beneath the job's directory
-        except OSError:
+        try:  # its identity from a descriptor opened beneath the job's directory, as the read
+            with open_beneath(path, run.path) as fd:
+                st = os.fstat(fd)
+        except (UnsafeJobFile, OSError):
             return None
         key = str(path)
         with self._lock:

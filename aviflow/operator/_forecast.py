@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 from aviflow.errors import AviflowError
@@ -42,8 +43,8 @@ from aviflow.estimate import (
 from aviflow.k8s import manifests as m
 from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, reclaims, snapshot_dict
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
-from aviflow.pace import PaceCache
-from aviflow.records import Event, EventType
+from aviflow.pace import PaceCache, current_start
+from aviflow.records import Event
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, atomic_write
 
@@ -81,6 +82,42 @@ def _moved(old: Estimate | None, new: Estimate, now: float) -> bool:
     return False
 
 
+class AdmissionDelays:
+    """How long the jobs told "fits now" then waited for their admission: the last
+    :data:`DELAYS` of those waits. Used by the forecast's one thread (its ticker).
+
+    >>> d = AdmissionDelays()
+    >>> d.told(["a", "b"], {"a", "b"}, now=10.0)
+    >>> d.told(["a"], {"a"}, now=12.0)  # b went (cancelled); a keeps its first "now"
+    >>> d.admitted("a", 13.5), d.admitted("b", 14.0), d.p90()
+    (None, None, 3.5)
+    """
+
+    def __init__(self) -> None:
+        self._told: dict[str, float] = {}  # job id -> when it was first told "now"
+        self._waits: deque[float] = deque(maxlen=DELAYS)
+
+    def told(self, now_ids: list[str], waiting: Container[str], now: float) -> None:
+        """``now_ids`` were told they fit at once; jobs no longer ``waiting`` nor told are
+        dropped (cancelled, or ended while they waited)."""
+        for gone in [i for i in self._told if i not in waiting]:
+            del self._told[gone]
+        for job_id in now_ids:
+            self._told.setdefault(job_id, now)
+
+    def admitted(self, job_id: str, at: float) -> None:
+        """``job_id`` holds GPUs since ``at``: its wait counts if it was told "now"."""
+        said = self._told.pop(job_id, None)
+        if said is not None:
+            self._waits.append(max(0.0, at - said))
+
+    def p90(self) -> float:
+        """The 90th percentile of the waits kept (0 before any): what "now" has meant on
+        this cluster lately."""
+        found = sorted(self._waits)
+        return found[int(0.9 * (len(found) - 1))] if found else 0.0
+
+
 class PoolForecast:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
@@ -89,8 +126,7 @@ class PoolForecast:
         self._cqs: tuple[float, dict[str, Any]] = (0.0, {})
         self._lqs: dict[tuple[str, str], tuple[float, str | None]] = {}
         self._denied = False
-        self._said_now: dict[str, float] = {}  # job id -> when it was first told "now"
-        self._delays: deque[float] = deque(maxlen=DELAYS)
+        self.delays = AdmissionDelays()
         self.paces = PaceCache()  # the running jobs' paces, their metrics read as they grow
 
     def get(self, job_id: str) -> Forecast:
@@ -149,15 +185,8 @@ class PoolForecast:
         except (AviflowError, OSError, ValueError):
             events = ()
         window, _ = self.paces.release(run, events, job.spec.time_limit_seconds, now)
-        start = next((e.time for e in reversed(events) if e.type is EventType.STARTING), None)
-        return window, start
-
-    def admission_delay(self) -> float:
-        """The 90th percentile of the last :data:`DELAYS` waits of jobs that were told they
-        fit at once (0 before any): what "now" has meant on this cluster lately."""
-        with self._lock:
-            found = sorted(self._delays)
-        return found[int(0.9 * (len(found) - 1))] if found else 0.0
+        start = current_start(events)
+        return window, start.time if start is not None else None
 
     def _refresh(self, now: float) -> None:
         cqs = self._cluster_queues(now)
@@ -186,10 +215,8 @@ class PoolForecast:
                 if state in ("STARTING", "RUNNING"):
                     window, admitted = self._held(run, job, now)
                     holding.append(Holding(job_id, cq, job.spec.total_gpus, window))
-                    said = self._said_now.pop(job_id, None)
-                    if said is not None and admitted is not None:
-                        with self._lock:
-                            self._delays.append(max(0.0, admitted - said))
+                    if admitted is not None:
+                        self.delays.admitted(job_id, admitted)
                 elif state == "QUEUED":
                     attempt = int((cr.get("status") or {}).get("attempt") or 0) + 1
                     positions = self.ctl.reads.positions(ns, job.spec.queue)
@@ -211,17 +238,11 @@ class PoolForecast:
         waiting = [w for _, _, w in sorted(queued, key=lambda q: (q[0], q[1]))]
         limits = [queue_limits(cq, gpu) for cq in cqs.values()]
         reclaim = all(reclaims(cq) for cq in cqs.values())
-        delay = self.admission_delay()
         found = estimate(
             now, limits, holding, waiting, reclaim=reclaim, assumed=ASSUMED,
-            admission_delay=delay,
+            admission_delay=self.delays.p90(),
         )  # fmt: skip
-        held_ids = {h.id for h in holding}
-        for gone in [i for i in self._said_now if i not in found and i not in held_ids]:
-            del self._said_now[gone]  # cancelled, or ended, while it waited
-        for w in waiting:
-            if found[w.id].now:
-                self._said_now.setdefault(w.id, now)
+        self.delays.told([w.id for w in waiting if found[w.id].now], found, now)
         with self._lock:
             old = self._found
             self._found = {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ import pytest
 from aviflow import pace
 from aviflow.backends._admission import Waiting as Queued
 from aviflow.backends._forecast import forecast
-from aviflow.operator._forecast import PoolForecast
 from aviflow.records import Event, EventType, MetricRow
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
@@ -136,12 +134,25 @@ def test_a_large_file_is_read_from_its_tail_then_as_it_grows(
     assert seen[1:] == [size]
 
 
-def test_the_controllers_forecast_widens_estimates_by_the_admission_delay_it_measured() -> None:
-    fc = PoolForecast(SimpleNamespace())  # type: ignore[arg-type]
-    assert fc.admission_delay() == 0.0
-    for d in [1.0] * 8 + [3.0, 9.0]:
-        fc._delays.append(d)
-    assert fc.admission_delay() == 3.0  # the 90th percentile of 10: the 9th smallest
-    for _ in range(60):
-        fc._delays.append(2.0)
-    assert fc.admission_delay() == 2.0 and len(fc._delays) == 50  # the last 50 only
+def test_the_controllers_forecast_measures_how_long_fits_now_took() -> None:
+    from aviflow.operator._forecast import DELAYS, AdmissionDelays
+
+    d = AdmissionDelays()
+    assert d.p90() == 0.0
+    ids = [f"j{i}" for i in range(10)]
+    d.told(ids, set(ids), now=100.0)
+    d.told([], set(ids), now=105.0)  # still waiting: their first "now" stands
+    for i, wait in enumerate([1.0] * 8 + [3.0, 9.0]):
+        d.admitted(ids[i], 100.0 + wait)
+    assert d.p90() == 3.0  # the 90th percentile of 10: the 9th smallest
+    d.admitted("j0", 200.0)  # counted once
+    d.admitted("never-told", 200.0)  # a job that waited for a release: not a "now"
+    assert d.p90() == 3.0
+    d.told(["gone"], {"gone"}, now=300.0)
+    d.told([], set(), now=301.0)  # cancelled while it waited: forgotten
+    d.admitted("gone", 400.0)
+    assert d.p90() == 3.0
+    for i in range(60):
+        d.told([f"k{i}"], {f"k{i}"}, now=500.0)
+        d.admitted(f"k{i}", 502.0)
+    assert d.p90() == 2.0 and len(d._waits) == DELAYS  # the last 50 only
