@@ -410,15 +410,16 @@ class KubernetesBackend(StoreReads, Backend):
         return estimate(now, limits, holding, [*waiting, me], reclaim=reclaim)[DRY_RUN_ID]
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
-        """The TrainJob, its Service (and NetworkPolicy) and attempt 1's Job, with
-        placeholders for what only submission decides (the id, the TrainJob's uid, the
-        submission token)."""
+        """The TrainJob, its Service (several nodes) and NetworkPolicy (when the settings
+        make them) and attempt 1's Job, with placeholders for what only submission decides
+        (the id, the TrainJob's uid, the submission token)."""
         user, settings = getpass.getuser(), self.settings.for_queue(job.spec.queue)
         ref = m.JobRef(f"{job.slug}-<id>", "<uid>", slugify(user), None)
+        service = [m.service(ref, settings)] if m.has_service(job) else []
         policy = [m.network_policy(ref, settings)] if settings.network_policy else []
         return [
             m.trainjob(job, ref, user, settings, submission="<token>"),
-            m.service(ref, settings),
+            *service,
             *policy,
             m.attempt_job(job, ref, 1, settings, deadline_seconds=job.spec.time_limit_seconds),
         ]

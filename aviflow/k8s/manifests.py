@@ -4,8 +4,10 @@ Per job (all in ``settings.namespace``, named after the job id):
 
 - the ``TrainJob`` custom resource itself (:func:`trainjob`), which owns everything below,
   so deleting it deletes every object of the job;
-- a headless ``Service`` ``avf-<id>`` (:func:`service`): each pod's hostname is
-  ``<id>-a<N>-<index>`` under that subdomain, so rank 0 is ``<id>-a<N>-0.avf-<id>``;
+- for a job of more than one node, a headless ``Service`` ``avf-<id>`` (:func:`service`):
+  each pod's hostname is ``<id>-a<N>-<index>`` under that subdomain, so rank 0 is
+  ``<id>-a<N>-0.avf-<id>``; a single node's rank 0 is in its own pod (``127.0.0.1``), so
+  it has no Service (:func:`has_service`): one object fewer to write before it can start;
 - per attempt, an Indexed ``Job`` ``<id>-a<N>`` (:func:`attempt_job`): one pod per HGX
   node, suspended until Kueue admits it from the team's LocalQueue. Each attempt is one
   Kueue Workload, so each admission is accounted on its own.
@@ -89,6 +91,16 @@ def main_port(job_id: str, attempt: int) -> int:
 def main_addr(job_id: str, attempt: int) -> str:
     """Rank 0's address: the first pod's hostname under the job's headless Service."""
     return f"{attempt_name(job_id, attempt)}-0.{service_name(job_id)}"
+
+
+def has_service(job: TrainJob) -> bool:
+    """Whether the job has a headless Service: only its nodes' pods need to find each other.
+
+    >>> one = TrainJob.from_dict({"metadata": {"name": "a"}, "spec": {"command": ["x"]}})
+    >>> has_service(one), has_service(one.with_changes(nodes=2))
+    (False, True)
+    """
+    return job.spec.nodes > 1
 
 
 def run_dir(settings: ClusterSettings, ref: JobRef) -> PurePosixPath:
@@ -221,7 +233,7 @@ def attempt_job(
     node = RuntimeEnv(
         run_dir=run_dir(settings, ref),  # type: ignore[arg-type]
         num_nodes=spec.nodes,
-        main_addr=main_addr(ref.id, attempt),
+        main_addr=main_addr(ref.id, attempt) if has_service(job) else "127.0.0.1",
         main_port=main_port(ref.id, attempt),
         attempt=attempt,
         keep_last=spec.checkpoints.keep_last,
@@ -280,7 +292,7 @@ def attempt_job(
         "template": {
             "metadata": {"labels": pod_labels, "annotations": _topology(settings)},
             "spec": {
-                "subdomain": service_name(ref.id),
+                **({"subdomain": service_name(ref.id)} if has_service(job) else {}),
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,

@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         timing = Timing(ns.lease_duration, ns.renew_deadline, ns.retry_period)
         settings = ClusterSettings.load(ns.settings) if ns.settings else ClusterSettings()
-        # a connection per worker, and per watch: 4 informers in each jobs' namespace
-        connections = ns.workers + 4 * len(settings.job_namespaces()) + 2
+        # three per worker (a job's Job, Service and NetworkPolicy are created at once), and
+        # one per watch: 4 informers in each jobs' namespace
+        connections = 3 * ns.workers + 4 * len(settings.job_namespaces()) + 2
         api = api_client(ns.kubeconfig, connections=connections)
         store = RunStore(settings.runs.local_path)
         moved = store.migrate_legacy()  # the explicit step: no read of the store migrates

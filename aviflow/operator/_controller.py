@@ -200,6 +200,7 @@ class Controller:
             inf.stop()
         for t in self._threads:
             t.join(timeout=10)
+        self.children.close()
 
     def _tick_loop(self) -> None:
         """Jobs that hold GPUs every ``tick`` (heartbeats, hangs, time limits); queued ones
@@ -385,6 +386,8 @@ class Controller:
         made = {self._carry_out(cell, action, job, ref, lc, run, snap) for action in actions}
         if lc.state is JobState.QUEUED and lc.attempt + 1 not in made:
             self._ensure_attempt(cell, job, ref, lc, run)  # level: the next attempt's Job exists
+        elif lc.state.is_active() and not lc.stopping:  # a pair refused when the Job was made
+            self.children.ensure_network(cell, ref, service=m.has_service(job))
         if lc.state.is_finished() and lc.state is JobState.CANCELLED:
             self.children.delete(cell, job_id)
         self._write_status(cr, run, lc, snap, job_id, now)
@@ -477,12 +480,12 @@ class Controller:
     def _ensure_attempt(
         self, cell: Cell, job: TrainJob, ref: m.JobRef, lc: Lifecycle, run: RunDir
     ) -> int:
-        """The next attempt's Job exists (after the job's Service and NetworkPolicy); its
-        number."""
+        """The next attempt's Job exists, and the job's Service and NetworkPolicy (made with
+        it: :mod:`._children`); its number."""
         attempt, settings = lc.attempt + 1, cell.settings
         if cell.jobs.get(cell.ns, m.attempt_name(ref.id, attempt)) is not None:
+            self.children.ensure_network(cell, ref, service=m.has_service(job))  # refused before?
             return attempt
-        self.children.ensure_network(cell, ref)
         deadline = None
         if job.spec.time_limit_seconds is not None:
             left = job.spec.time_limit_seconds - held_seconds(lc.events, time.time())
@@ -495,7 +498,7 @@ class Controller:
             deadline_seconds=deadline,
             resume_subpath=self._resume_subpath(job, run),
         )
-        self.children.create(self.batch.create_namespaced_job, body)
+        self.children.ensure_network(cell, ref, body, service=m.has_service(job))
         return attempt
 
     def _resume_subpath(self, job: TrainJob, run: RunDir) -> str | None:

@@ -9,7 +9,7 @@ these names.
 ``AVIFLOW_RUN_DIR``        the job's run-store directory, as this node mounts it
 ``AVIFLOW_NODE_RANK``      this node's index (on Kubernetes ``JOB_COMPLETION_INDEX`` instead)
 ``AVIFLOW_NUM_NODES``      nodes in the job
-``AVIFLOW_MAIN_ADDR``      rank 0's address (``<job>-0.<service>`` on Kubernetes)
+``AVIFLOW_MAIN_ADDR``      rank 0's address (``<job>-0.<service>`` on Kubernetes; one node: ``127.0.0.1``)
 ``AVIFLOW_MAIN_PORT``      rank 0's rendezvous port
 ``AVIFLOW_ATTEMPT``        1, 2, ...: which admission of the job this is
 ``AVIFLOW_KEEP_LAST``      checkpoints to keep (``spec.checkpoints.keepLast``)

@@ -23,12 +23,29 @@ from aviflow.store import RunDir, RunStore
 NS = "team-a"
 
 
+class Raw:
+    """An answer not decoded (``_preload_content=False``): it must be read and let go."""
+
+    def __init__(self) -> None:
+        self.drained = self.released = False
+
+    def drain_conn(self) -> None:
+        self.drained = True
+
+    def release_conn(self) -> None:
+        assert self.drained, "let go of a connection before reading its answer"
+        self.released = True
+
+
 class Calls:
     """Stands for one of the controller's API clients: records every call as (method, name
-    of the object) and answers ``{}``, or raises ``ApiException(fail[method])``."""
+    of the object) and answers ``{}`` (a create: a :class:`Raw`), or raises
+    ``ApiException(fail[method])``. Calls may come from several threads at once."""
 
-    def __init__(self, log: list[tuple[str, str]], fail: dict[str, int]) -> None:
-        self._log, self._fail = log, fail
+    def __init__(
+        self, log: list[tuple[str, str]], fail: dict[str, int], answers: list[Raw]
+    ) -> None:
+        self._log, self._fail, self._answers = log, fail, answers
 
     def __getattr__(self, method: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -37,6 +54,10 @@ class Calls:
             self._log.append((method, (body.get("metadata") or {}).get("name") or named[-1]))
             if method in self._fail:
                 raise ApiException(status=self._fail[method])
+            if method.startswith("create_"):
+                assert kwargs.get("_preload_content") is False  # not decoded into models
+                self._answers.append(Raw())
+                return self._answers[-1]
             return {}
 
         return call
@@ -55,8 +76,9 @@ class Harness:
         )
         self.calls: list[tuple[str, str]] = []
         self.fail: dict[str, int] = {}
+        self.answers: list[Raw] = []
         for api in ("core", "net", "batch", "custom"):
-            setattr(self.ctl, api, Calls(self.calls, self.fail))
+            setattr(self.ctl, api, Calls(self.calls, self.fail, self.answers))
         self.positions: list[str] = []
 
         def positions(ns: str, queue: str) -> dict[str, int]:
@@ -66,7 +88,7 @@ class Harness:
         self.ctl.reads.positions = positions  # type: ignore[method-assign]
         self.cell = self.ctl.cells[NS]
 
-    def submit(self, name: str = "j1", nodes: int = 1, **spec: Any) -> RunDir:
+    def submit(self, name: str = "j1", nodes: int = 2, **spec: Any) -> RunDir:
         """A job's run directory (as aviflow-api writes it) and its TrainJob in the cache."""
         spec = {"queue": "q", "nodes": nodes, "gpusPerNode": 1, "command": ["true"], **spec}
         job = TrainJob.from_dict({"metadata": {"name": name}, "spec": spec})
@@ -79,10 +101,12 @@ class Harness:
         return run
 
     def reconcile(self, name: str = "j1") -> list[tuple[str, str]]:
-        """The calls one reconcile of job ``name`` makes."""
+        """The calls one reconcile of job ``name`` makes: its creates (made at once, so in
+        no set order) sorted, before the rest in their order."""
         del self.calls[:]
         self.ctl.reconcile(f"{NS}/{name}")
-        return list(self.calls)
+        assert all(a.released for a in self.answers)
+        return ordered(self.calls)
 
     def job_seen(self, name: str, attempt: int, pending: str = "") -> None:
         """The informers see attempt ``attempt``'s Job and its Workload, waiting (``pending``:
@@ -103,11 +127,18 @@ class Harness:
         self.cell.workloads._put((NS, f"wl-{job_name}"), wl)
 
 
+def ordered(calls: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``calls``' creates sorted, then the rest in their order."""
+    creates = [c for c in calls if c[0].startswith("create_")]
+    return sorted(creates) + [c for c in calls if not c[0].startswith("create_")]
+
+
 CREATED = [
-    ("create_namespaced_service", "avf-j1"),
-    ("create_namespaced_network_policy", "avf-j1"),
     ("create_namespaced_job", "j1-a1"),
+    ("create_namespaced_network_policy", "avf-j1"),
+    ("create_namespaced_service", "avf-j1"),
 ]
+PAIR = CREATED[1:]
 PATCHED = [("patch_namespaced_custom_object_status", "j1")]
 
 
@@ -132,7 +163,7 @@ def test_a_trainjob_never_reconciled_goes_ahead_of_the_others(tmp_path: Path) ->
     assert ctl.queue.waiting[-1] == f"{NS}/gone" and len(ctl.queue.waiting) == 6
 
 
-def test_a_first_reconcile_creates_the_service_the_policy_and_the_job_once_in_order(
+def test_a_first_reconcile_creates_the_service_the_policy_and_the_job_once_and_at_once(
     tmp_path: Path,
 ) -> None:
     h = Harness(tmp_path)
@@ -160,16 +191,50 @@ def test_a_pair_already_there_is_not_created_again_and_a_refused_one_is(tmp_path
     h2.fail["create_namespaced_network_policy"] = 403
     with pytest.raises(ApiException):
         h2.reconcile()
-    assert h2.calls == CREATED[:2]  # no Job without its policy
+    # the Job was made (suspended: no pod before Kueue admits it; the chart's policy shuts
+    # in any trainer pod its own job's policy does not open) and every call was waited for
+    assert ordered(h2.calls) == CREATED
+    h2.job_seen("j1", 1)
+    with pytest.raises(ApiException):  # the pair again, while the job waits: refused again
+        h2.reconcile()
+    assert ordered(h2.calls) == PAIR
     del h2.fail["create_namespaced_network_policy"]
-    assert h2.reconcile() == CREATED + PATCHED  # the pair again: it was not made
+    assert h2.reconcile() == [*PAIR, *PATCHED]
+    assert h2.reconcile() == []  # made: remembered
+    # a job already running when its pair is refused: made at its next reconcile
+    h3 = Harness(tmp_path / "3")
+    run = h3.submit("j1")
+    h3.fail["create_namespaced_service"] = 500
+    with pytest.raises(ApiException):
+        h3.reconcile()
+    h3.job_seen("j1", 1)
+    run.append_events([Event(EventType.STARTING, 1, "", 2.0), Event(EventType.RUNNING, 1, "", 3.0)])
+    with pytest.raises(ApiException):
+        h3.reconcile()
+    assert ordered(h3.calls) == PAIR
+    del h3.fail["create_namespaced_service"]
+    assert h3.reconcile()[:2] == PAIR
+    assert not [c for c in h3.reconcile() if c[0].startswith("create_")]
 
 
-def test_without_network_policies_the_service_comes_first(tmp_path: Path) -> None:
+def test_without_network_policies_the_job_and_its_service(tmp_path: Path) -> None:
     h = Harness(tmp_path, networkPolicy=False)
     h.submit("j1")
     assert h.reconcile() == [CREATED[0], CREATED[2], *PATCHED]
-    assert h.reconcile() == [CREATED[2]]
+    assert h.reconcile() == [CREATED[0]]
+
+
+def test_a_single_node_job_has_no_service(tmp_path: Path) -> None:
+    """Its rank 0 is in its own pod: nothing to find, so no Service to write first."""
+    h = Harness(tmp_path)
+    h.submit("j1", nodes=1)
+    assert h.reconcile() == [*CREATED[:2], *PATCHED]
+    h.job_seen("j1", 1)
+    assert h.reconcile() == []
+    job = h.store.get("j1").spec()
+    pod = m.attempt_job(job, m.JobRef("j1", "uid-j1", "ada"), 1, h.ctl.settings)["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert "subdomain" not in pod["spec"] and env["AVIFLOW_MAIN_ADDR"] == "127.0.0.1"
 
 
 def test_a_deleted_trainjob_is_forgotten(tmp_path: Path) -> None:
@@ -185,8 +250,8 @@ def test_a_deleted_trainjob_is_forgotten(tmp_path: Path) -> None:
     # remembered by uid: a pair made for one TrainJob is not another's of the same name
     del h.calls[:]
     for uid in ("uid-1", "uid-1", "uid-2"):
-        h.ctl.children.ensure_network(h.cell, m.JobRef("j1", uid, "ada"))
-    assert h.calls == CREATED[:2] * 2
+        h.ctl.children.ensure_network(h.cell, m.JobRef("j1", uid, "ada"), service=True)
+    assert sorted(h.calls) == sorted(PAIR * 2)
 
 
 def test_a_cancelled_or_failed_job_is_forgotten(tmp_path: Path) -> None:
@@ -220,7 +285,8 @@ def test_the_queue_details_wait_queued_tick(tmp_path: Path) -> None:
     run = h2.submit("j1")
     run.append_events([Event(EventType.QUEUED, 0, "waiting for admission", time.time() - 5)])
     h2.job_seen("j1", 1, pending="insufficient quota")
-    assert h2.reconcile() == PATCHED and h2.positions == ["q"]  # waited queued_tick: shown
+    # waited queued_tick: shown (and a controller new to the job makes sure of its pair)
+    assert h2.reconcile() == [*PAIR, *PATCHED] and h2.positions == ["q"]
     status = run.status()
     assert (status.queue_position, status.message) == (
         1,

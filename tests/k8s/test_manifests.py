@@ -79,8 +79,7 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
             ),
         ],
         "small.yaml": [
-            m.trainjob(SMALL, SMALL_REF, "bob", DEFAULTS),
-            m.service(SMALL_REF, DEFAULTS),
+            m.trainjob(SMALL, SMALL_REF, "bob", DEFAULTS),  # one node: no Service
             m.network_policy(SMALL_REF, DEFAULTS),
             m.attempt_job(SMALL, SMALL_REF, 1, DEFAULTS),
         ],
