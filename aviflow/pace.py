@@ -134,18 +134,25 @@ class PaceCache:
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
 
     def release(
-        self, run: RunDir, events: Sequence[Event], time_limit: float | None, now: float
+        self,
+        run: RunDir,
+        events: Sequence[Event],
+        time_limit: float | None,
+        now: float,
+        history: Sequence[float] = (),
     ) -> tuple[tuple[float, float], str]:
         """When the job holding GPUs with ``events`` releases them, and why
         (:func:`~aviflow.estimate.release_window`): by its pace where its current attempt
-        logged one, else by its time limit (what it has left of it)."""
+        logged one, else by ``history`` (the seconds its cell's earlier runs held their
+        GPUs: :class:`aviflow.history.CellHistory`), else by its time limit (what it has
+        left of it)."""
         held = held_seconds(events, now)
         start = current_start(events)
         pace = self.of(run, start.attempt, start.time, now) if start is not None else None
         progress = pace.progress() if pace is not None else None
         return release_window(
             now, now - held, time_limit=time_limit, progress=progress,
-            logged_at=pace.last[1] if pace is not None else None,
+            logged_at=pace.last[1] if pace is not None else None, history=history,
         )  # fmt: skip
 
     def of(self, run: RunDir, attempt: int, admitted: float, now: float) -> Pace | None:

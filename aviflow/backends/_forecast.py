@@ -2,8 +2,9 @@
 pool, read from the run store.
 
 A started job releases its slots at the pace of the steps it logged toward a declared
-total (:mod:`aviflow.pace`), else by its ``timeLimit`` (what it has left of it, over all its
-attempts), or at an unknown time without either; a waiting job holds them, once started, for up
+total (:mod:`aviflow.pace`), else after as long as the user's earlier successful runs of its
+cell held theirs (:mod:`aviflow.history`), else by its ``timeLimit`` (what it has left of it,
+over all its attempts), or at an unknown time without any; a waiting job holds them, once started, for up
 to its own ``timeLimit``. Queues admit strictly in order, and the next job a queue allows
 waits for room on the machine, holding back every later one (:mod:`._admission`).
 """
@@ -24,22 +25,30 @@ from aviflow.estimate import (
     estimate,
     wait_numbers,
 )
+from aviflow.history import CellHistory
 from aviflow.pace import PaceCache
 from aviflow.store import EventsCache, RunDir, RunStore
 
 ASSUMED = (
-    "running jobs end at the pace of the steps they logged toward a declared total, else by "
-    "their time limit; those with neither at an unknown time",
+    "running jobs end at the pace of the steps they logged toward a declared total, else "
+    "after as long as their cell's earlier successful runs took, else by their time limit; "
+    "those with none of these at an unknown time",
 )
 
 
 def _holding(
-    store: RunStore, job_id: str, now: float, events: EventsCache, paces: PaceCache
+    store: RunStore,
+    job_id: str,
+    now: float,
+    events: EventsCache,
+    paces: PaceCache,
+    history: CellHistory,
 ) -> Holding | None:
     try:
         run = store.get(job_id)
         spec = run.spec().spec
-        window, _ = paces.release(run, events.of(run), spec.time_limit_seconds, now)
+        earlier = history.of(run, now)
+        window, _ = paces.release(run, events.of(run), spec.time_limit_seconds, now, earlier)
     except (AviflowError, OSError, ValueError):
         return None  # gone or unreadable meanwhile: it holds nothing we can time
     return Holding(job_id, spec.queue, spec.total_gpus, window)
@@ -64,15 +73,17 @@ def forecast(
     extra: Waiting | None = None,
     events: EventsCache | None = None,
     paces: PaceCache | None = None,
+    history: CellHistory | None = None,
 ) -> tuple[dict[str, Estimate], dict[str, WaitNumbers]]:
     """The expected start and the wait's numbers of every job waiting in ``store``:
     ``queued`` and ``held_ids`` as :func:`~aviflow.backends.local.scan_queues` found them
     (and of ``extra``, a job not submitted yet, after them: a dry run). ``events``: the
     holding jobs' event logs as a caller that forecasts again and again keeps them (an
-    unchanged one is not read again), ``paces`` their paces (:mod:`aviflow.pace`); None
-    reads them afresh."""
+    unchanged one is not read again), ``paces`` their paces (:mod:`aviflow.pace`),
+    ``history`` their cells' earlier runs (:mod:`aviflow.history`); None reads them afresh."""
     events, paces = events or EventsCache(), paces or PaceCache()
-    held = (_holding(store, i, now, events, paces) for i in held_ids)
+    history = history or CellHistory(store)
+    held = (_holding(store, i, now, events, paces, history) for i in held_ids)
     holding = [h for h in held if h is not None]
     waiting: list[Waiting] = []
     for q in queued:

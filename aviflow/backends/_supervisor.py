@@ -32,6 +32,7 @@ from aviflow._ports import free_port
 from aviflow.backends._admission import decide
 from aviflow.backends._forecast import forecast
 from aviflow.backends.local import QUEUE_LOCK, read_quotas, scan_queues
+from aviflow.history import CellHistory
 from aviflow.lifecycle import (
     Admitted,
     AttemptEnded,
@@ -178,7 +179,7 @@ class Supervisor:
     # -- queue -----------------------------------------------------------------------------------
     def wait_for_turn(self) -> bool:
         store, events = RunStore(self.run.store_root), EventsCache()  # forecasts' reads
-        paces = PaceCache()
+        paces, history = PaceCache(), CellHistory(store)
         reported: tuple[object, ...] | None = None
         forecast_at, estimate, numbers = 0.0, None, None
         while True:
@@ -206,7 +207,7 @@ class Supervisor:
                 forecast_at = now
                 found, waits = forecast(
                     store, waiting, held, quotas, self.capacity, now, events=events,
-                    paces=paces,
+                    paces=paces, history=history,
                 )  # fmt: skip
                 estimate, numbers = found.get(self.run.id), waits.get(self.run.id)
             if (verdict.position, verdict.reason, estimate, numbers) != reported:

@@ -5,7 +5,8 @@ the ClusterQueues (their limits and use; cached :data:`CQ_TTL` seconds), the job
 GPUs (its TrainJob cache; how long each has held them, from its run directory's events, as
 the controller's :class:`~aviflow.store.EventsCache` has them: unchanged, not read again;
 when each releases them, by the pace of the steps it logged toward a declared total,
-:mod:`aviflow.pace`, else by its time limit) and the queued ones in Kueue's order (its
+:mod:`aviflow.pace`, else after as long as the user's earlier successful runs of its cell
+held theirs, :mod:`aviflow.history`, else by its time limit) and the queued ones in Kueue's order (its
 visibility API, as the queue positions), and replays admission forward
 (:mod:`aviflow.estimate`). Admission itself takes time (Kueue's cycle, a reclaim's
 preemption): the forecast measures, for the jobs it told "fits now", how long they then
@@ -40,6 +41,7 @@ from aviflow.estimate import (
     estimate,
     wait_numbers,
 )
+from aviflow.history import CellHistory
 from aviflow.k8s import manifests as m
 from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, reclaims, snapshot_dict
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
@@ -56,8 +58,9 @@ log = logging.getLogger("aviflow.operator")
 DELAYS = 50  # the admission delays measured that the forecast keeps
 CQ_TTL = 10.0  # seconds the ClusterQueues and LocalQueues read are reused
 ASSUMED = (
-    "running jobs end at the pace of the steps they logged toward a declared total, else by "
-    "their time limit (those with neither at an unknown time); "
+    "running jobs end at the pace of the steps they logged toward a declared total, else "
+    "after as long as their cell's earlier successful runs took, else by their time limit "
+    "(those with none of these at an unknown time); "
     "GPUs held by jobs Aviflow does not run end at an unknown time",
 )
 Forecast = tuple[Estimate | None, WaitNumbers | None]
@@ -128,6 +131,7 @@ class PoolForecast:
         self._denied = False
         self.delays = AdmissionDelays()
         self.paces = PaceCache()  # the running jobs' paces, their metrics read as they grow
+        self.history = CellHistory(ctl.store)  # their cells' earlier runs, each read once
 
     def get(self, job_id: str) -> Forecast:
         with self._lock:
@@ -184,7 +188,8 @@ class PoolForecast:
             events: tuple[Event, ...] = self.ctl.events.of(run)
         except (AviflowError, OSError, ValueError):
             events = ()
-        window, _ = self.paces.release(run, events, job.spec.time_limit_seconds, now)
+        earlier = self.history.of(run, now)
+        window, _ = self.paces.release(run, events, job.spec.time_limit_seconds, now, earlier)
         start = current_start(events)
         return window, start.time if start is not None else None
 

@@ -1,0 +1,216 @@
+"""A running job's cell's earlier runs (aviflow.history) in the forecasts: the same user's
+successful runs of the same notebook cell, submitted before it, say when it releases its
+GPUs where it declares no pace; each earlier run's files are read once."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from aviflow.backends._admission import Waiting as Queued
+from aviflow.backends._forecast import forecast
+from aviflow.history import RECHECK, CellHistory
+from aviflow.operator._forecast import PoolForecast
+from aviflow.pace import PaceCache
+from aviflow.records import Event, EventType, MetricRow
+from aviflow.spec import TrainJob
+from aviflow.store import EventsCache, RunDir, RunStore
+
+E = EventType
+X = {"kind": "notebook-cell", "notebook": "work/train.ipynb", "cell_id": "cell-x"}
+
+
+def job(limit: str = "1h") -> TrainJob:
+    spec = {"queue": "q", "gpusPerNode": 4, "timeLimit": limit, "script": "1"}
+    return TrainJob.from_dict({"metadata": {"name": "t"}, "spec": spec})
+
+
+def earlier(
+    store: RunStore, held: float, end: EventType = E.SUCCEEDED, user: str = "ada",
+    origin: dict[str, Any] | None = None,
+) -> RunDir:  # fmt: skip
+    """A finished run that held its GPUs ``held`` seconds."""
+    run = store.create(job(), {}, user, origin=X if origin is None else origin)
+    run.append_events([
+        Event(E.QUEUED, 0, "", 0.0), Event(E.STARTING, 1, "", 10.0),
+        Event(E.RUNNING, 1, "", 12.0), Event(end, 1, "", 10.0 + held),
+    ])  # fmt: skip
+    return run
+
+
+def running(store: RunStore, origin: dict[str, Any] | None = None, user: str = "ada") -> RunDir:
+    """A run of the cell holding its GPUs since 100."""
+    run = store.create(job(), {}, user, origin=X if origin is None else origin)
+    run.append_events([Event(E.QUEUED, 0, "", 0.0), Event(E.STARTING, 1, "", 100.0)])
+    return run
+
+
+def release(run: RunDir, history: CellHistory, now: float = 310.0) -> tuple[Any, str]:
+    events = run.events().items
+    return PaceCache().release(run, events, 3600.0, now, history.of(run, now))
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, str]]:
+    """(job id, "meta" | "events") of every read of a job's meta or events."""
+    counted: Counter[tuple[str, str]] = Counter()
+    meta, events = RunDir.meta, RunDir.events
+
+    def count_meta(self: RunDir) -> Any:
+        counted[self.id, "meta"] += 1
+        return meta(self)
+
+    def count_events(self: RunDir, *a: Any, **kw: Any) -> Any:
+        counted[self.id, "events"] += 1
+        return events(self, *a, **kw)
+
+    monkeypatch.setattr(RunDir, "meta", count_meta)
+    monkeypatch.setattr(RunDir, "events", count_events)
+    return counted
+
+
+def test_the_same_users_successful_runs_of_the_cell_time_its_release(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    earlier(store, 500.0)
+    earlier(store, 50.0, E.FAILED)  # says nothing about a full run
+    earlier(store, 40.0, E.CANCELLED)
+    earlier(store, 60.0, origin={**X, "cell_id": "cell-y"})  # another cell
+    earlier(store, 70.0, origin={**X, "notebook": "other.ipynb"})  # another notebook's
+    earlier(store, 80.0, user="bob")  # another user's run of the cell
+    mine = running(store)
+    earlier(store, 90.0)  # submitted after it
+    # it has held its GPUs since 100: it ends 300 s to 500 s after that
+    assert release(mine, CellHistory(store)) == (
+        (400.0, 600.0),
+        "its cell ran 300s to 500s before (2 runs)",
+    )
+
+
+def test_the_newest_five_successful_runs_count(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    for held in (100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0):
+        earlier(store, held)
+    mine = running(store)
+    assert CellHistory(store).of(mine, 310.0) == (700.0, 600.0, 500.0, 400.0, 300.0)
+    assert release(mine, CellHistory(store))[1] == "its cell ran 300s to 700s before (5 runs)"
+
+
+def test_only_the_stores_newest_jobs_are_looked_among(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    earlier(store, 500.0)
+    mine = running(store)
+    assert CellHistory(store, look_back=2).of(mine, 310.0) == (500.0,)
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        pytest.param({"notebook": "work/train.ipynb"}, id="no cell id"),
+        pytest.param({**X, "cell_id": ""}, id="an empty cell id"),
+        pytest.param({**X, "cell_id": 7}, id="a cell id as a number"),
+        pytest.param({**X, "cell_id": "c" * 8193}, id="a cell id too long"),
+        pytest.param({**X, "notebook": ["work/train.ipynb"]}, id="a notebook as a list"),
+    ],
+)
+def test_a_job_with_no_cell_id_has_no_history_and_reads_no_other_run(
+    tmp_path: Path, reads: Counter[tuple[str, str]], origin: dict[str, Any]
+) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0, origin=origin)
+    mine = running(store, origin=origin)
+    reads.clear()
+    history = CellHistory(store)
+    assert history.of(mine, 310.0) == ()
+    assert history.of(mine, 310.0 + RECHECK) == ()
+    assert reads == {(mine.id, "meta"): 1}
+    assert release(mine, CellHistory(store)) == ((310.0, 3700.0), "its time limit, 3600s")
+
+
+def test_its_pace_goes_before_its_cells_history(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    mine = running(store)
+    mine.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [MetricRow(10, 200.0, 1, {"total_steps": 110}), MetricRow(60, 300.0, 1, {})]
+    mine.metrics_path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+    assert release(mine, CellHistory(store)) == (
+        (380.0, 420.0),
+        "its pace: 50 of 100 steps in 100s",
+    )
+
+
+def test_an_earlier_run_that_cannot_be_read_is_left_out(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    earlier(store, 200.0).meta_path.write_text('{"id": ')  # a corrupt meta
+    earlier(store, 250.0).events_path.unlink()  # no events: it never ended
+    linked = earlier(store, 260.0)
+    linked.events_path.unlink()
+    linked.events_path.symlink_to(tmp_path / "elsewhere.jsonl")  # refused, not followed
+    mine = running(store)
+    assert CellHistory(store).of(mine, 310.0) == (300.0,)
+
+
+def test_each_earlier_runs_files_are_read_once(
+    tmp_path: Path, reads: Counter[tuple[str, str]]
+) -> None:
+    store = RunStore(tmp_path)
+    a, b = earlier(store, 300.0), earlier(store, 500.0)
+    other = earlier(store, 80.0, user="bob")
+    first, second = running(store), running(store)
+    reads.clear()
+    history = CellHistory(store)
+    assert history.of(first, 310.0) == (500.0, 300.0)
+    assert history.of(second, 310.0) == (500.0, 300.0)  # first's run has not ended
+    for _ in range(3):  # settled: never looked at again
+        assert history.of(first, 310.0 + RECHECK) == (500.0, 300.0)
+    # second waits on an earlier run that has not ended (first): it alone is looked at again
+    assert history.of(second, 310.0 + RECHECK) == (500.0, 300.0)
+    assert reads == {
+        (a.id, "meta"): 1, (a.id, "events"): 1, (b.id, "meta"): 1, (b.id, "events"): 1,
+        (other.id, "meta"): 1, (first.id, "meta"): 1, (second.id, "meta"): 1,
+        (first.id, "events"): 2,
+    }  # fmt: skip
+
+
+def test_an_earlier_run_that_ends_later_counts_after_the_recheck(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    ahead = running(store)
+    mine = running(store)
+    history = CellHistory(store)
+    assert history.of(mine, 310.0) == (300.0,)
+    ahead.append_events([Event(E.SUCCEEDED, 1, "", 200.0)])
+    assert history.of(mine, 310.0 + RECHECK - 1) == (300.0,)
+    assert history.of(mine, 310.0 + RECHECK) == (100.0, 300.0)
+
+
+def test_the_local_forecast_times_a_holder_by_its_cells_earlier_runs(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    earlier(store, 500.0)
+    held = running(store)
+    waiting = store.create(job(), {}, "bob")
+    found, _ = forecast(store, [Queued(waiting.id, "q", 4)], [held.id], {}, 4, 310.0)
+    est = found[waiting.id]
+    assert (est.low, est.high) == (400.0, 600.0)
+    assert "cell's earlier successful runs" in est.assumed[0]
+
+
+def test_the_controllers_forecast_times_a_holder_by_its_cells_earlier_runs(
+    tmp_path: Path,
+) -> None:
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    earlier(store, 500.0)
+    run = running(store)
+    ctl = SimpleNamespace(events=EventsCache(), store=store)
+    held = PoolForecast(ctl)._held(run, run.spec(), 310.0)  # type: ignore[arg-type]
+    assert held == ((400.0, 600.0), 100.0)
