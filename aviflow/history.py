@@ -168,10 +168,10 @@ class CellHistory:
             if len(found) == RUNS:
                 break  # an older run cannot displace these
             held = self._end(job_id)
-            if isinstance(held, float):
-                found.append(held)
-            elif held is not None:
+            if isinstance(held, str):
                 settled = False  # not ended yet
+            elif held is not None and held > 0:  # a run that held nothing says nothing
+                found.append(float(held))
         return tuple(found), settled
 
     def _cell(self, job_id: str, run: RunDir | None = None) -> Cell | None:

@@ -146,7 +146,7 @@ def test_its_pace_goes_before_its_cells_history(tmp_path: Path) -> None:
     )
 
 
-def test_an_earlier_run_that_cannot_be_read_is_left_out(tmp_path: Path) -> None:
+def test_an_earlier_run_that_cannot_be_read_or_held_nothing_is_left_out(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     earlier(store, 300.0)
     earlier(store, 200.0).meta_path.write_text('{"id": ')  # a corrupt meta
@@ -154,6 +154,9 @@ def test_an_earlier_run_that_cannot_be_read_is_left_out(tmp_path: Path) -> None:
     linked = earlier(store, 260.0)
     linked.events_path.unlink()
     linked.events_path.symlink_to(tmp_path / "elsewhere.jsonl")  # refused, not followed
+    store.create(job(), {}, "ada", origin=X).append_events(
+        [Event(E.QUEUED, 0, "", 0.0), Event(E.SUCCEEDED, 0, "", 5.0)]
+    )  # it never held its GPUs: says nothing
     mine = running(store)
     assert CellHistory(store).of(mine, 310.0) == (300.0,)
 
