@@ -11,7 +11,8 @@ running a command that exits at once. Each scenario is measured twice:
   own (as it runs on a cluster), submitted with ``KubernetesBackend``.
 
 Scenarios: ``room burst`` (``--room-jobs`` jobs at once, fewer than the free GPUs: nothing
-queues), ``room single`` (``--singles`` jobs one at a time, each waited for; plain and
+queues; ``--room-runs`` bursts of each kind, taking turns, their jobs pooled: one burst of 20
+varies by half from run to run), ``room single`` (``--singles`` jobs one at a time, each waited for; plain and
 TrainJob alternate) and ``saturated`` (``--jobs`` at once, more than the pool holds). Each
 row: from the client's create call, when an observer in this process first sees the attempt
 Job (the controller's reaction; ~0 for a plain Job), its Workload ``Admitted``, and its pod
@@ -20,7 +21,8 @@ running; p50 and p99; admissions per second over a burst; then TrainJob / plain 
 condition times have whole seconds only. Also submit -> first training step of a 2 x 2 job
 on the cluster vs the local backend (``--no-first-step`` leaves it out).
 
-    .venv/bin/python bench/admission.py [--room-jobs 20] [--singles 5] [--jobs 64] [--workers N]
+    .venv/bin/python bench/admission.py [--room-jobs 20] [--room-runs 3] [--singles 5]
+                                        [--jobs 64] [--workers N]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -193,6 +195,17 @@ class Row:
             len(names) / span if burst and span > 0 else None,
         )  # fmt: skip
 
+    @classmethod
+    def pooled(cls, rows: list[Row]) -> Row:
+        """Several runs of one scenario and kind as one row: their jobs together, the
+        median of their admission rates."""
+        rates = sorted(r.per_s for r in rows if r.per_s is not None)
+        return cls(
+            rows[0].scenario, rows[0].kind, [v for r in rows for v in r.to_job],
+            [v for r in rows for v in r.admitted], [v for r in rows for v in r.running],
+            rates[len(rates) // 2] if rates else None,
+        )  # fmt: skip
+
     def stats(self) -> dict[str, float | None]:
         return {
             "job_p50": pct(self.to_job, 0.5),
@@ -341,15 +354,20 @@ class Bench:
         return self.plain if kind == "plain Job" else self.trainjob
 
     # -- scenarios -------------------------------------------------------------------------------
-    def burst(self, scenario: str, n: int) -> None:
-        for kind in KINDS:
-            tag = "p" if kind == "plain Job" else "t"
-            jobs = [self.job(f"{tag}{scenario[:4]}-{i:04d}", i) for i in range(n)]
-            with ThreadPoolExecutor(8) as pool:
-                created = dict(pool.map(self.submitter(kind), jobs))
-            self.observer.wait(list(created))
-            self.rows.append(Row.of(scenario, kind, self.observer, created, burst=True))
-            self.clean()
+    def burst(self, scenario: str, n: int, runs: int = 1) -> None:
+        """``runs`` bursts of ``n`` jobs of each kind, the kinds taking turns to go first
+        (a machine's drift falls on both); each kind's runs pooled in one row."""
+        rows: dict[str, list[Row]] = {kind: [] for kind in KINDS}
+        for r in range(runs):
+            for kind in KINDS if r % 2 == 0 else reversed(KINDS):
+                tag = "p" if kind == "plain Job" else "t"
+                jobs = [self.job(f"{tag}{scenario[:4]}{r}-{i:04d}", i) for i in range(n)]
+                with ThreadPoolExecutor(8) as pool:
+                    created = dict(pool.map(self.submitter(kind), jobs))
+                self.observer.wait(list(created))
+                rows[kind].append(Row.of(scenario, kind, self.observer, created, burst=True))
+                self.clean()
+        self.rows += [Row.pooled(rows[kind]) for kind in KINDS]
 
     def singles(self, scenario: str, n: int) -> None:
         created: dict[str, dict[str, float]] = {k: {} for k in KINDS}
@@ -398,6 +416,7 @@ class Bench:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--room-jobs", type=int, default=20, help="the burst with room")
+    parser.add_argument("--room-runs", type=int, default=3, help="bursts with room, each kind")
     parser.add_argument("--singles", type=int, default=5, help="jobs one at a time, each kind")
     parser.add_argument("--jobs", type=int, default=64, help="the saturated burst")
     parser.add_argument("--workers", type=int, help="the controller's (default: its own)")
@@ -415,7 +434,10 @@ def main() -> int:
         bench.start_controller(args.workers)
         lines = []
         for scenario, run in (
-            (f"room burst ({args.room_jobs})", lambda s: bench.burst(s, args.room_jobs)),
+            (
+                f"room burst ({args.room_runs} x {args.room_jobs})",
+                lambda s: bench.burst(s, args.room_jobs, args.room_runs),
+            ),
             (f"room single ({args.singles})", lambda s: bench.singles(s, args.singles)),
             (f"saturated ({args.jobs})", lambda s: bench.burst(s, args.jobs)),
         ):
