@@ -10,7 +10,8 @@ only predicts it from what the queue reports. The inputs are a snapshot of the p
   the user's earlier runs of the same cell (:func:`release_window`);
 - the waiting jobs in the order the queue reports (:class:`Waiting`: Kueue's visibility
   positions, else the Workloads' creation order), each with how long it will hold its GPUs
-  once started (the same sources).
+  once started: the durations of its cell's earlier runs, else up to its time limit
+  (:func:`run_window`).
 
 :func:`estimate` replays admission twice from ``now``: once with every job releasing at the
 start of its window (the earliest a job can start) and once at its end (the latest, as long
@@ -502,6 +503,25 @@ LIMITS = (
     "queue order as reported; no jobs submitted later",
     "no fair-sharing reordering, no preemption within a queue, no node fragmentation",
 )
+
+
+def run_window(
+    time_limit: float | None = None, history: Sequence[float] = ()
+) -> tuple[float, float]:
+    """How long a waiting job will hold its GPUs once started (its :class:`Waiting`'s
+    ``runs_for``): between the shortest and the longest of ``history`` (the seconds the
+    user's earlier runs of its cell held theirs), else from no time to ``time_limit``
+    (:data:`UNKNOWN` without one); never past its time limit.
+
+    >>> run_window(600.0), run_window(600.0, [300.0, 500.0]), run_window(400.0, [300.0, 500.0])
+    ((0.0, 600.0), (300.0, 500.0), (300.0, 400.0))
+    >>> run_window(None)
+    (0.0, inf)
+    """
+    cap = float(time_limit) if time_limit is not None else UNKNOWN
+    if history:
+        return min(min(history), cap), min(max(history), cap)
+    return 0.0, cap
 
 
 def release_window(

@@ -4,8 +4,9 @@ pool, read from the run store.
 A started job releases its slots at the pace of the steps it logged toward a declared
 total (:mod:`aviflow.pace`), else after as long as the user's earlier successful runs of its
 cell held theirs (:mod:`aviflow.history`), else by its ``timeLimit`` (what it has left of it,
-over all its attempts), or at an unknown time without any; a waiting job holds them, once started, for up
-to its own ``timeLimit``. Queues admit strictly in order, and the next job a queue allows
+over all its attempts), or at an unknown time without any; a waiting job holds them, once
+started, as long as its cell's earlier successful runs did, else for up to its own
+``timeLimit`` (:func:`~aviflow.estimate.run_window`). Queues admit strictly in order, and the next job a queue allows
 waits for room on the machine, holding back every later one (:mod:`._admission`).
 """
 
@@ -16,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from aviflow.backends import _admission
 from aviflow.errors import AviflowError
 from aviflow.estimate import (
-    UNKNOWN,
     Estimate,
     Holding,
     QueueLimits,
     Waiting,
     WaitNumbers,
     estimate,
+    run_window,
     wait_numbers,
 )
 from aviflow.history import CellHistory
@@ -54,12 +55,14 @@ def _holding(
     return Holding(job_id, spec.queue, spec.total_gpus, window)
 
 
-def _runs_for(run: RunDir) -> tuple[float, float]:
+def _runs_for(run: RunDir, history: CellHistory, now: float) -> tuple[float, float]:
+    """How long the waiting job will hold its slots: its cell's earlier runs, else its
+    time limit (:func:`~aviflow.estimate.run_window`)."""
     try:
         limit = run.spec().spec.time_limit_seconds
     except (AviflowError, OSError, ValueError):
         limit = None
-    return (0.0, float(limit) if limit is not None else UNKNOWN)
+    return run_window(limit, history.of(run, now))
 
 
 def forecast(
@@ -88,7 +91,7 @@ def forecast(
     waiting: list[Waiting] = []
     for q in queued:
         try:
-            runs_for = _runs_for(store.get(q.id))
+            runs_for = _runs_for(store.get(q.id), history, now)
         except AviflowError:
             continue
         waiting.append(Waiting(q.id, q.queue, q.gpus, runs_for))

@@ -39,6 +39,7 @@ from aviflow.estimate import (
     Waiting,
     WaitNumbers,
     estimate,
+    run_window,
     wait_numbers,
 )
 from aviflow.history import CellHistory
@@ -232,8 +233,8 @@ class PoolForecast:
                          if wl["metadata"]["name"] in positions),
                         1 << 30,
                     )  # fmt: skip
-                    limit = job.spec.time_limit_seconds
-                    runs_for = (0.0, float(limit) if limit is not None else UNKNOWN)
+                    earlier = self.history.of(run, now)  # its cell's runs, else its limit
+                    runs_for = run_window(job.spec.time_limit_seconds, earlier)
                     queued.append((position, cr["metadata"].get("creationTimestamp", ""),
                                    Waiting(job_id, cq, job.spec.total_gpus, runs_for)))  # fmt: skip
         for name, cq in cqs.items():  # GPUs held by what Aviflow does not run

@@ -217,3 +217,19 @@ def test_the_controllers_forecast_times_a_holder_by_its_cells_earlier_runs(
     ctl = SimpleNamespace(events=EventsCache(), store=store)
     held = PoolForecast(ctl)._held(run, run.spec(), 310.0)  # type: ignore[arg-type]
     assert held == ((400.0, 600.0), 100.0)
+
+
+def test_a_waiting_job_ahead_runs_as_long_as_its_cells_earlier_runs(tmp_path: Path) -> None:
+    """Once started, the job ahead holds the machine between its cell's shortest and longest
+    earlier run (within its time limit); one of no cell, from no time to its time limit."""
+    store = RunStore(tmp_path)
+    earlier(store, 300.0)
+    earlier(store, 500.0)
+    ahead = running(store)  # the same cell, queued (its STARTING event is not read here)
+    other = store.create(job("30m"), {}, "cy")
+    mine = store.create(job(), {}, "bob")
+    queued = [Queued(ahead.id, "q", 4), Queued(other.id, "q", 4), Queued(mine.id, "q", 4)]
+    found, _ = forecast(store, queued, [], {}, 4, 1000.0)
+    assert (found[ahead.id].low, found[ahead.id].high) == (1000.0, 1000.0)
+    assert (found[other.id].low, found[other.id].high) == (1300.0, 1500.0)
+    assert (found[mine.id].low, found[mine.id].high) == (1300.0, 3300.0)
