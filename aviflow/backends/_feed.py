@@ -3,8 +3,11 @@
 :meth:`ChangeFeed.poll` returns one :class:`JobChange` per job whose status or events
 changed since the last poll, with only the new events. :class:`PollingFeed`, the default
 any backend gets, reads each unfinished job's status and its events from the last cursor
-(a stat-sized read per job and poll); a job is never read again once its final event has
-been reported. A job that cannot be read is reported in :attr:`ChangeFeed.problems` and
+(a stat-sized read per job and poll); a job is never read again once its final status has
+been reported. A writer records a job's events, then its status, so the status is read first
+and the events after it: a final event read beside a status that is not final yet (the
+status was read just before the writer wrote it) has its status read again, and the job is
+done only once a final status has gone out with it (or after it), never with a stale one. A job that cannot be read is reported in :attr:`ChangeFeed.problems` and
 skipped, so one broken job never stops the feed.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from aviflow.attempts import JobInfo, job_info
@@ -114,10 +117,13 @@ class PollingFeed(ChangeFeed):
             meta=self.backend.meta(job_id) if first else None,
             spec=self.backend.spec(job_id) if first else None,
         )
+        last_state = next((e.type.state() for e in reversed(batch.items) if e.type.state()), None)
+        if last_state is not None and last_state.is_finished() and not status.state.is_finished():
+            status = self.backend.status(job_id)  # read before the writer wrote the end's
+            change = replace(change, status=status)
         self._cursor[job_id] = batch.next
         self._status[job_id] = status
-        last_state = next((e.type.state() for e in reversed(batch.items) if e.type.state()), None)
-        if last_state is not None and last_state.is_finished():
+        if status.state.is_finished():  # written after its final event: every event is in
             self._done.add(job_id)
             self._cursor.pop(job_id, None)
             self._status.pop(job_id, None)

@@ -191,6 +191,52 @@ def test_folding_increments_equals_folding_everything(tmp_path: Path) -> None:
         assert ledger.job(run.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
 
 
+class StatusLags(StoreOnly):
+    """Its status reads of job ``lag`` answer the status before the job's end ``stale``
+    times: the feed read the status, then the writer recorded the end (events, then
+    status), then the feed read the events."""
+
+    lag, stale = "", 0
+
+    def status(self, job_id: str) -> JobStatus:
+        if job_id == self.lag and self.stale > 0:
+            self.stale -= 1
+            return JobStatus(state=JobState.RUNNING, attempt=1, message="running")
+        return super().status(job_id)
+
+
+@pytest.mark.parametrize("stale", [1, 2])
+def test_a_final_event_read_beside_a_stale_status_leaves_no_job_running(
+    tmp_path: Path, stale: int
+) -> None:
+    """The end's event came in the poll whose status was read just before it was written:
+    the status is read again (1: the writer had written it by then) or the job is read at
+    the next poll (2: not yet), never left RUNNING in the ledger (the burst job that stayed
+    RUNNING in test_api_faults under a loaded machine)."""
+    store = RunStore(tmp_path / "runs")
+    backend = StatusLags(store.root)
+    run = make_job(store, "ends", "alice", "a", nodes=1, gpus=2)
+    emit(run, (E.QUEUED, 0, 0, {}), (E.STARTING, 1, 5, {}), (E.RUNNING, 1, 9, {}))
+    ledger = Ledger("sqlite://")
+    feed = backend.changes()
+    assert ledger.apply(feed.poll()) == {}
+    emit(run, (E.SUCCEEDED, 1, 60, {}))
+    backend.lag, backend.stale = run.id, stale
+    changes = feed.poll()
+    assert [(c.job_id, [e.type for e in c.events]) for c in changes] == [(run.id, [E.SUCCEEDED])]
+    assert ledger.apply(changes) == {}
+    if stale == 2:
+        assert changes[0].status.state is JobState.RUNNING
+        later = feed.poll()  # the final status, nothing else
+        assert [(c.job_id, c.events, c.status.state) for c in later] == [
+            (run.id, [], JobState.SUCCEEDED)
+        ]
+        assert ledger.apply(later) == {}
+    assert ledger.job(run.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+    assert feed.poll() == []  # done: never read again
+    ledger.close()
+
+
 def test_a_queued_jobs_expected_start_and_wait_reach_the_list(tmp_path: Path) -> None:
     """The feed carries a status whose estimate moved; the ledger's list shows it (aviflow-api's
     job list, the sidebar through HubBackend), and drops it once the job starts."""
