@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ipaddress
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, Final
 
@@ -233,7 +233,6 @@ def attempt_job(
     node = RuntimeEnv(
         run_dir=run_dir(settings, ref),  # type: ignore[arg-type]
         num_nodes=spec.nodes,
-        main_addr=main_addr(ref.id, attempt) if has_service(job) else "127.0.0.1",
         main_port=main_port(ref.id, attempt),
         attempt=attempt,
         keep_last=spec.checkpoints.keep_last,
@@ -242,6 +241,8 @@ def attempt_job(
         hang_timeout=spec.hang_timeout_seconds,
         rank_log_bytes=rank_log_share(settings.rank_log_cap_bytes, spec.total_gpus),
     )
+    if has_service(job):  # one node: rank 0 is in its own pod (RuntimeEnv's default)
+        node = replace(node, main_addr=main_addr(ref.id, attempt))
     pod_labels = {**labels(ref), LABEL_ATTEMPT: str(attempt)}
     job_labels = {**MANAGED_BY, **pod_labels, QUEUE_LABEL: spec.queue}
     if settings.priority_class:

@@ -35,6 +35,7 @@ from aviflow.operator._reads import API_TIMEOUT
 if TYPE_CHECKING:
     from aviflow.operator._cell import Cell
     from aviflow.operator._controller import Controller
+    from aviflow.spec import TrainJob
 
 
 class Children:
@@ -70,35 +71,33 @@ class Children:
             answer.drain_conn()
             answer.release_conn()
 
-    def _pair(self, cell: Cell, ref: m.JobRef, service: bool) -> list[tuple[Any, dict[str, Any]]]:
-        """The creates of the job's Service (``service``: a job of several nodes) and
-        NetworkPolicy (when the settings want one); none when this process made them
-        already."""
+    def _pair(self, cell: Cell, ref: m.JobRef, job: TrainJob) -> list[tuple[Any, dict[str, Any]]]:
+        """The creates of the job's Service (a job of several nodes) and NetworkPolicy (when
+        the settings want one); none when this process made them already."""
         with self._lock:
             if self._networked.get((cell.ns, ref.id)) == ref.uid:
                 return []
         calls: list[tuple[Any, dict[str, Any]]] = []
-        if service:
+        if m.has_service(job):
             calls.append((self.ctl.core.create_namespaced_service, m.service(ref, cell.settings)))
         if cell.settings.network_policy:
             policy = m.network_policy(ref, cell.settings)
             calls.append((self.ctl.net.create_namespaced_network_policy, policy))
         return calls
 
-    def ensure_network(
-        self, cell: Cell, ref: m.JobRef, job: dict[str, Any] | None = None, *, service: bool
+    def ensure(
+        self, cell: Cell, ref: m.JobRef, job: TrainJob, attempt: dict[str, Any] | None = None
     ) -> None:
-        """The job's Service (``service``: :func:`~aviflow.k8s.manifests.has_service`) and
-        NetworkPolicy, unless this process made them already, and ``job`` (an attempt Job's
-        body) if given: all at once (see the module docstring). Every call is made, and
-        waited for, even when one fails; then the first failure is raised. The pair is
-        remembered only when both were made."""
-        pair = self._pair(cell, ref, service)
+        """The Service and NetworkPolicy of ``job``, unless this process made them already,
+        and ``attempt`` (an attempt Job's body) if given: all at once (see the module
+        docstring). Every call is made, and waited for, even when one fails; then the first
+        failure is raised. The pair is remembered only when both were made."""
+        pair = self._pair(cell, ref, job)
         calls = [self._calls.submit(self.create, call, body) for call, body in pair]
         failure: Exception | None = None
-        if job is not None:
+        if attempt is not None:
             try:
-                self.create(self.ctl.batch.create_namespaced_job, job)
+                self.create(self.ctl.batch.create_namespaced_job, attempt)
             except Exception as exc:  # raised once the pair's calls are done
                 failure = exc
         failures = [exc for exc in (c.exception() for c in calls) if exc is not None]

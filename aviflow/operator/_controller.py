@@ -387,7 +387,7 @@ class Controller:
         if lc.state is JobState.QUEUED and lc.attempt + 1 not in made:
             self._ensure_attempt(cell, job, ref, lc, run)  # level: the next attempt's Job exists
         elif lc.state.is_active() and not lc.stopping:  # a pair refused when the Job was made
-            self.children.ensure_network(cell, ref, service=m.has_service(job))
+            self.children.ensure(cell, ref, job)
         if lc.state.is_finished() and lc.state is JobState.CANCELLED:
             self.children.delete(cell, job_id)
         self._write_status(cr, run, lc, snap, job_id, now)
@@ -484,7 +484,7 @@ class Controller:
         it: :mod:`._children`); its number."""
         attempt, settings = lc.attempt + 1, cell.settings
         if cell.jobs.get(cell.ns, m.attempt_name(ref.id, attempt)) is not None:
-            self.children.ensure_network(cell, ref, service=m.has_service(job))  # refused before?
+            self.children.ensure(cell, ref, job)  # a pair refused when the Job was made
             return attempt
         deadline = None
         if job.spec.time_limit_seconds is not None:
@@ -498,7 +498,7 @@ class Controller:
             deadline_seconds=deadline,
             resume_subpath=self._resume_subpath(job, run),
         )
-        self.children.ensure_network(cell, ref, body, service=m.has_service(job))
+        self.children.ensure(cell, ref, job, body)
         return attempt
 
     def _resume_subpath(self, job: TrainJob, run: RunDir) -> str | None:

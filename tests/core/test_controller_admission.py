@@ -17,6 +17,7 @@ from aviflow.k8s import manifests as m
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._controller import Controller
 from aviflow.records import Event, EventType, JobState
+from aviflow.runtime.env import MAIN_ADDR, RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
 
@@ -234,7 +235,10 @@ def test_a_single_node_job_has_no_service(tmp_path: Path) -> None:
     job = h.store.get("j1").spec()
     pod = m.attempt_job(job, m.JobRef("j1", "uid-j1", "ada"), 1, h.ctl.settings)["spec"]["template"]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert "subdomain" not in pod["spec"] and env["AVIFLOW_MAIN_ADDR"] == "127.0.0.1"
+    assert (
+        "subdomain" not in pod["spec"]
+        and env[MAIN_ADDR] == RuntimeEnv(run_dir=Path("/r")).main_addr
+    )
 
 
 def test_a_deleted_trainjob_is_forgotten(tmp_path: Path) -> None:
@@ -250,7 +254,7 @@ def test_a_deleted_trainjob_is_forgotten(tmp_path: Path) -> None:
     # remembered by uid: a pair made for one TrainJob is not another's of the same name
     del h.calls[:]
     for uid in ("uid-1", "uid-1", "uid-2"):
-        h.ctl.children.ensure_network(h.cell, m.JobRef("j1", uid, "ada"), service=True)
+        h.ctl.children.ensure(h.cell, m.JobRef("j1", uid, "ada"), h.store.get("j1").spec())
     assert sorted(h.calls) == sorted(PAIR * 2)
 
 
