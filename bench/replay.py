@@ -59,7 +59,16 @@ fewer GPUs; median estimate error <= 20%. Quotas, the scan's sizes and the GPU-h
 preempted are as replayed (the shares of 32 GPUs), not the Philly cluster's.
 Also a PNG (``--png``): p50 (dark) and p90 (light) waits per team and configuration.
 
-    .venv/bin/python bench/replay.py [--per-team 30] [--hour 6] [--scan 0.67]
+Before the cluster starts, the ideal queue model (``_replay_model``: the same jobs admitted
+by the same quota rules the moment quota allows, no start-up, release or clock cost) prints
+its scan of the same slice: what the slice allows at best. ``--model`` prints it alone (also
+with 1-3 s of start-up and release cost per attempt, as this machine's pods take) and starts
+nothing, which is how to see whether a slice and load queue at all before spending minutes:
+on the default 97 jobs the ideal static split's p90 wait is 0, so no shared pool under 28
+GPUs can match it; with ``--per-team 45`` (140 jobs) teams queue in the static split and the
+ideal match is 20.6 GPUs.
+
+    .venv/bin/python bench/replay.py [--per-team 30] [--hour 6] [--scan 0.67] [--model]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -85,6 +94,7 @@ from typing import Any
 import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, images)
 import yaml
 from _png import bar_chart
+from _replay_model import simulate
 from _replay_stats import (
     Run,
     Sample,
@@ -346,6 +356,13 @@ def replay(
         events = read_pages(store.get(job_id).events).items
         run = parse(job.team, job.gpus, [(e.type.value, e.time) for e in events])
         out[job_id] = run
+        if run.end != "SUCCEEDED":  # which, and why (its last event), for the run's log
+            last = events[-1] if events else None
+            why = f"{last.type.value}: {last.message[:200]}" if last else "no events"
+            print(
+                f"  {cfg.name}: {job.name} ({job.nodes} x {job.gpus_per_node} GPUs, hold "
+                f"{job.hold} s, {len(run.preempted)} preemptions) {why}", flush=True,
+            )  # fmt: skip
         first, start = watcher.first.get(job_id), watcher.started.get(job_id)
         if first is not None and start is not None:
             at, est = first
@@ -400,6 +417,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="per configuration (s)")
     parser.add_argument("--png", type=Path, default=Path("replay-waits.png"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--model", action="store_true",
+        help="print the ideal queue model's scan only (no cluster; a second)",
+    )  # fmt: skip
     args = parser.parse_args()
     rows = read(args.slice)
     teams = sorted({r.team for r in rows})
@@ -416,6 +437,11 @@ def main() -> int:
         f"{len(jobs)} jobs of {len(teams)} teams, {args.hour:g} s per trace hour, pool "
         f"{args.pool} GPUs, quotas {team_quotas}", flush=True,
     )  # fmt: skip
+    print(model_line(jobs, team_quotas, args.hour), flush=True)
+    if args.model:
+        for overhead in (1.0, 2.0, 3.0):
+            print(model_line(jobs, team_quotas, args.hour, overhead))
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cluster stops (finally)
     work = Path(tempfile.mkdtemp(prefix="aviflow-bench-replay-"))
     t0 = time.monotonic()
@@ -442,6 +468,32 @@ def main() -> int:
     report(results, args)
     print(f"(the whole run: {(time.monotonic() - t0) / 60:.1f} min)", flush=True)
     return 0
+
+
+def model_line(
+    jobs: list[ReplayJob], team_quotas: dict[str, int], hour: float, overhead: float = 0.0
+) -> str:
+    """The ideal queue model's scan of the same jobs (``_replay_model``), in trace hours:
+    the static split's p90 wait, the shared pool's from the whole pool down to half, and the
+    size that matches; ``overhead`` seconds added to every attempt's hold."""
+    total = sum(team_quotas.values())
+
+    def p90(q: dict[str, int], shared: bool) -> float:
+        return percentile(list(simulate(jobs, q, shared, overhead).values()), 0.9)
+
+    target = p90(team_quotas, False)
+    points = []
+    for gpus in range(total, math.ceil(total / 2) - 1, -1):
+        q = scaled(team_quotas, gpus / total)
+        if sum(q.values()) == gpus:
+            points.append((gpus, p90(q, True)))
+    gpus, how = matching_gpus(points, target)
+    return (
+        f"model ({'no' if not overhead else f'{overhead:g} s'} start-up and release cost): "
+        f"static p90 {target / hour:.2f} h; shared "
+        + ", ".join(f"{g}: {p / hour:.2f}" for g, p in points[:: max(1, len(points) // 6)])
+        + f" h; matches at {'—' if gpus is None else f'{gpus:.1f}'} GPUs ({how})"
+    )
 
 
 def report(results: list[Result], args: argparse.Namespace) -> None:

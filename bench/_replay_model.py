@@ -1,0 +1,181 @@
+"""An ideal queue model of ``bench/replay.py``'s two configurations (pure; no cluster): the
+same replayed jobs admitted the moment quota allows, with no start-up, no release delay and no
+whole-second clock, so the scan it prints is what the trace slice itself allows, and the real
+replay's gap to it is what admission and pods cost on the test machine.
+
+Admission follows the rules the replay configures in Kueue, by quota alone (Kueue admits
+by quota; which node a pod lands on is the scheduler's, outside this model):
+
+- **static**: each team's jobs in submit order, BestEffortFIFO (a job that does not fit
+  under its team's quota is passed over, the next ones are tried), no borrowing;
+- **shared**: the same, in one cohort: a job fits while the cohort has the GPUs (borrowing
+  is unlimited); the teams' heads are tried in the order of their share (GPUs held above
+  nominal / the cohort's, lowest first, as Kueue's fair sharing orders them), then by
+  submit time; a job that fits within its team's nominal quota but not in the cohort
+  reclaims: the newest jobs of the teams above their nominal are preempted (the team
+  furthest above first) until it fits. A preempted job goes back to its queue in its
+  submit place and later runs only what it had left (it checkpoints).
+
+``overhead`` adds seconds to every attempt's hold (start-up and release, which the real
+replay measures), so the model can show how such costs move the matching pool size.
+
+>>> from typing import NamedTuple
+>>> class J(NamedTuple):
+...     name: str
+...     team: str
+...     submit: float
+...     hold: int
+...     gpus: int
+>>> jobs = [J("a1", "a", 0.0, 10, 2), J("b1", "b", 1.0, 5, 2), J("a2", "a", 2.0, 5, 2)]
+>>> simulate(jobs, {"a": 2, "b": 2}, shared=False)
+{'a1': 0.0, 'b1': 0.0, 'a2': 8.0}
+>>> simulate(jobs, {"a": 2, "b": 2}, shared=True)  # the pool is full until b1 ends
+{'a1': 0.0, 'b1': 0.0, 'a2': 4.0}
+>>> simulate(jobs[:1] + jobs[2:], {"a": 2, "b": 2}, shared=True)  # a2 borrows b's share
+{'a1': 0.0, 'a2': 0.0}
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class ReplayJob(Protocol):
+    """What the model reads of a replayed job (``_replay_trace.ReplayJob`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def team(self) -> str: ...
+    @property
+    def submit(self) -> float: ...
+    @property
+    def hold(self) -> int: ...
+    @property
+    def gpus(self) -> int: ...
+
+
+@dataclass
+class _Job:
+    job: ReplayJob
+    left: float  # seconds of hold still to run
+    waited: float = 0.0
+    queued_at: float | None = None
+    started: float | None = None  # the running attempt's admission
+    attempt: int = 0
+
+
+def simulate(
+    jobs: Sequence[ReplayJob],
+    team_quotas: dict[str, int],
+    shared: bool,
+    overhead: float = 0.0,
+) -> dict[str, float]:
+    """Each job's total queue wait (seconds, every wait for admission) by name, for the
+    static split (``shared`` False) or the shared pool of ``team_quotas``."""
+    state = {j.name: _Job(j, float(j.hold)) for j in jobs}
+    arrivals = sorted(jobs, key=lambda j: (j.submit, j.name))
+    waiting: dict[str, list[_Job]] = {t: [] for t in team_quotas}
+    running: dict[str, _Job] = {}
+    ends: list[tuple[float, int, str]] = []  # (time, attempt, name): lazily dropped if stale
+    used = dict.fromkeys(team_quotas, 0)
+    pool = sum(team_quotas.values())
+    order = {j.name: i for i, j in enumerate(arrivals)}
+    i = 0
+    now = 0.0
+
+    def start(s: _Job) -> None:
+        team = s.job.team
+        waiting[team].remove(s)
+        assert s.queued_at is not None
+        s.waited += now - s.queued_at
+        s.queued_at, s.started = None, now
+        s.attempt += 1
+        running[s.job.name] = s
+        used[team] += s.job.gpus
+        heapq.heappush(ends, (now + s.left + overhead, s.attempt, s.job.name))
+
+    def stop(s: _Job, preempted: bool) -> None:
+        assert s.started is not None
+        del running[s.job.name]
+        used[s.job.team] -= s.job.gpus
+        if preempted:
+            s.left = max(0.0, s.left - max(0.0, now - s.started - overhead))
+            s.queued_at = now
+            waiting[s.job.team].append(s)
+            waiting[s.job.team].sort(key=lambda x: order[x.job.name])
+        s.started = None
+
+    def share(team: str) -> float:
+        return max(0, used[team] - team_quotas[team]) / pool
+
+    def reclaim(s: _Job) -> bool:
+        need = s.job.gpus - (pool - sum(used.values()))
+        victims: list[_Job] = []
+        over = dict(used)
+        for team in sorted(team_quotas, key=lambda t: -share(t)):
+            mine = sorted(
+                (r for r in running.values() if r.job.team == team),
+                key=lambda r: (-(r.started or 0.0), -order[r.job.name]),
+            )
+            for r in mine:
+                if need <= 0 or over[team] <= team_quotas[team]:
+                    break
+                victims.append(r)
+                over[team] -= r.job.gpus
+                need -= r.job.gpus
+        if need > 0:
+            return False
+        for r in victims:
+            stop(r, preempted=True)
+        return True
+
+    def admit() -> None:
+        progress = True
+        while progress:
+            progress = False
+            teams = [t for t in team_quotas if waiting[t]]
+            if shared:
+                teams.sort(key=lambda t: (share(t), order[waiting[t][0].job.name]))
+            for team in teams:
+                for s in list(waiting[team]):
+                    g = s.job.gpus
+                    if not shared:
+                        fits = used[team] + g <= team_quotas[team]
+                    else:
+                        fits = sum(used.values()) + g <= pool
+                        if not fits and used[team] + g <= team_quotas[team]:
+                            fits = reclaim(s)
+                    if fits:
+                        start(s)
+                        progress = True
+                        break  # the order of the teams' shares changed
+                if progress:
+                    break
+
+    while i < len(arrivals) or running:
+        next_end = ends[0][0] if ends else float("inf")
+        next_arrival = arrivals[i].submit if i < len(arrivals) else float("inf")
+        now = min(next_end, next_arrival)
+        if next_end <= next_arrival:
+            _, attempt, name = heapq.heappop(ends)
+            s = state[name]
+            if name in running and s.attempt == attempt:
+                s.left = 0.0
+                stop(s, preempted=False)
+        else:
+            s = state[arrivals[i].name]
+            s.queued_at = now
+            waiting[s.job.team].append(s)
+            i += 1
+        admit()
+    return {name: s.waited for name, s in state.items()}
+
+
+if __name__ == "__main__":  # its examples
+    import doctest
+
+    raise SystemExit(doctest.testmod().failed)
