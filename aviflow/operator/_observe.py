@@ -224,7 +224,10 @@ def next_observation(lc: Lifecycle, snap: Snapshot, now: float) -> Observation |
             return Admitted(wl.admitted_at, wl.gpus or None)
         return None
     wl, job = snap.workloads.get(n), snap.jobs.get(n)
-    if wl is not None and wl.evicted is not None:
+    # a Job that ran to its end is the attempt's end, even where Kueue evicted its Workload
+    # meanwhile (a preemption decided as the last pod exited): no quota is released then
+    ran_out = job is not None and job.finished is not None and not job.disrupted
+    if wl is not None and wl.evicted is not None and not ran_out:
         when, reason, message = wl.evicted
         if wl.admitted_at is not None and now - when < RELEASE_WAIT:
             return None  # Kueue stops the pods, then releases the quota: the segment's end

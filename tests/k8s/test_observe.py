@@ -123,6 +123,30 @@ def test_a_finished_attempt_ends_at_the_workloads_finished_transition() -> None:
     assert next_observation(lc, snap, now=T0 + 33) == AttemptEnded(T0 + 30, 1, {0: 0, 1: 0})
 
 
+def test_a_job_that_completed_as_kueue_evicted_it_succeeded_at_once() -> None:
+    """Kueue's fair sharing preempted the Workload as its last pod exited 0: the Job is
+    Complete, Kueue marks the Workload Finished and never takes the admission back. The
+    attempt ended as it ran (replayed through Kueue, such a job waited the release wait,
+    then was preempted, readmitted and failed its time limit)."""
+    lc = running(T0 + 10)
+    held = evicted("Preempted")
+    assert next_observation(lc, attempt_1(held, "Complete"), now=T0 + 51) == AttemptEnded(
+        T0 + 51, 1, {0: 0, 1: 0}
+    )
+    done = evicted(
+        "Preempted",
+        ("Admitted", "True", T0 + 10, "Admitted"),
+        ("Finished", "True", T0 + 49, "Succeeded"),
+    )
+    obs = next_observation(lc, attempt_1(done, "Complete"), now=T0 + 51)
+    assert obs == AttemptEnded(T0 + 49, 1, {0: 0, 1: 0})
+    assert [e.type for e in lc.observe(obs).events] == [EventType.SUCCEEDED]
+    # a Job failed by its disruption rule is still the eviction it was
+    disrupted = AttemptJob(1, "Failed", "PodFailurePolicy", "rule at index 0 matched")
+    snap = Snapshot(nodes=2, jobs={1: disrupted}, workloads={1: held})
+    assert next_observation(lc, snap, now=T0 + 51) is None  # waits for Kueue's release
+
+
 def test_drift_names_a_segment_that_disagrees_with_kueue() -> None:
     lc = running(T0 + 10)
     obs = Evicted(T0 + 40, 1, "Preempted", preempted=True, admitted_seconds=20)
