@@ -130,7 +130,7 @@ bench-controller: venv
 	$(PY) bench/controller_history.py $(BENCH_ARGS)
 
 # a day of the Philly trace through Kueue: static split per team vs one shared pool, a scan of
-# pool sizes, the expected-start estimates' error; writes replay-waits.png (10 min on 2 cores;
+# pool sizes, the expected-start estimates' error; writes replay-waits.png (16-24 min on 2 cores;
 # BENCH_ARGS="--per-team 75 --hour 3 --scan 0.83,0.67": the whole slice, 20+ min)
 bench-replay: venv
 	$(PY) bench/replay.py $(BENCH_ARGS)

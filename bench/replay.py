@@ -8,7 +8,9 @@ durations capped at ``--max-hours`` (6) trace hours and rounded to whole seconds
 1); the pool's ``--pool`` GPUs (32: 4 fake HGX nodes) are split among the teams in
 proportion to their demand in the replayed jobs, and a job is capped at its team's share (8
 GPUs a node; larger ones take whole nodes). ``--per-team N`` thins the slice (every k-th
-job of a team): 30 by default (97 jobs), which took 9.9 min on 2 shared cores; the whole
+job of a team): 45 by default (140 jobs; the scan at 22 and 21 GPUs), which took 16-24 min
+on 2 shared cores (30, 97 jobs, took 9.9 min, but its static split hardly queues: see the
+model below); the whole
 slice (``--per-team 75 --hour 3 --scan 0.83,0.67``) took 26.8 min there, its pods
 starting 7-19 s (p50) after admission on the saturated machine, and many jobs running into
 their time limits.
@@ -64,11 +66,12 @@ by the same quota rules the moment quota allows, no start-up, release or clock c
 its scan of the same slice: what the slice allows at best. ``--model`` prints it alone (also
 with 1-3 s of start-up and release cost per attempt, as this machine's pods take) and starts
 nothing, which is how to see whether a slice and load queue at all before spending minutes:
-on the default 97 jobs the ideal static split's p90 wait is 0, so no shared pool under 28
-GPUs can match it; with ``--per-team 45`` (140 jobs) teams queue in the static split and the
-ideal match is 20.6 GPUs.
+with ``--per-team 30`` (97 jobs) the ideal static split's p90 wait is 0, so no shared pool
+under 28 GPUs can match it (the waits measured there came from pods' start-up and release);
+with the default 45 a team (140 jobs) teams queue in the static split and the ideal match is
+20.6 GPUs.
 
-    .venv/bin/python bench/replay.py [--per-team 30] [--hour 6] [--scan 0.67] [--model]
+    .venv/bin/python bench/replay.py [--per-team 45] [--hour 6] [--scan 0.69,0.66] [--model]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -407,11 +410,11 @@ def wait_table(results: list[Result], hour: float) -> tuple[str, dict[tuple[str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slice", type=Path, default=SLICE, help="a trace CSV")
-    parser.add_argument("--per-team", type=int, default=30, help="at most N jobs a team")
+    parser.add_argument("--per-team", type=int, default=45, help="at most N jobs a team")
     parser.add_argument("--hour", type=float, default=6.0, help="seconds per trace hour")
     parser.add_argument("--max-hours", type=float, default=6.0, help="durations' cap (trace h)")
     parser.add_argument("--pool", type=int, default=32, help="GPUs (8 a node)")
-    parser.add_argument("--scan", default="0.67", help="smaller shared pools (fractions)")
+    parser.add_argument("--scan", default="0.69,0.66", help="smaller shared pools (fractions)")
     parser.add_argument("--forecast-tick", type=float, default=1.0, help="seconds")
     parser.add_argument("--floor", type=float, default=1.0, help="shortest wait rated (s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per configuration (s)")
