@@ -27,7 +27,7 @@ import signal
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
-from tornado.ioloop import IOLoop, PeriodicCallback
+from tornado.ioloop import PeriodicCallback
 from tornado.web import Application
 
 from aviflow.views.snapshot import SnapshotReaders
@@ -45,7 +45,7 @@ from aviflow_hub.service.pages import (
     ReportPage,
 )
 from aviflow_hub.service.parts import PARTS, JobPartHandler, LogHandler
-from aviflow_hub.service.queue_reports import REFRESH_EVERY
+from aviflow_hub.service.queue_reports import QueueRefresher
 from aviflow_hub.service.queues import ImagesHandler, MetricsHandler, QueuesHandler, UsageHandler
 
 log = logging.getLogger("aviflow_hub.service")
@@ -120,24 +120,9 @@ async def serve(config_path: str) -> None:
     await ingest()  # catch up on everything that happened while the service was down
     poller = PeriodicCallback(ingest, cfg.api.ingest_every * 1000)
     poller.start()
-    reading_queues = asyncio.Lock()
-
-    async def read_queues(first: bool = False) -> None:
-        """A refresh of the backend's queues while they are watched (``first``: in any case)."""
-        if reading_queues.locked():
-            return  # the last refresh still waits on the backend
-        reports = ctx.queue_reports
-        async with reading_queues:
-            try:
-                await ctx.lanes.queues.run(reports.refresh if first else reports.refresh_if_watched)
-            except Exception:
-                log.exception("reading the backend's queues failed")
-
-    queue_poller = PeriodicCallback(read_queues, REFRESH_EVERY * 1000)
+    queues = QueueRefresher(ctx.queue_reports, ctx.lanes.queues)
     if backend.reports_borrowing:
-        await read_queues(first=True)  # a view for the first look
-        ctx.queue_reports.on_wake = lambda: IOLoop.current().spawn_callback(read_queues)
-        queue_poller.start()
+        await queues.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -150,7 +135,7 @@ async def serve(config_path: str) -> None:
     log.info("aviflow-api listening on %s%s", url.geturl(), hub_auth.base_url)
     await stop.wait()
     poller.stop()
-    queue_poller.stop()
+    queues.stop()
     server.stop()
     backend.stop()
     feed.close()

@@ -10,19 +10,24 @@ every :data:`REFRESH_EVERY` seconds in a lane of its own, for backends that decl
 :meth:`QueueReports.latest`) in the last :data:`WATCHED_FOR` seconds, so an idle hub asks
 Kueue nothing; the first look after an idle spell calls ``on_wake`` (the service starts a
 refresh at once), and a view that old is not shown (the ledger's numbers stand alone until the
-refresh lands). A refresh that fails keeps the last view and is logged.
+refresh lands). A refresh that fails keeps the last view and is logged. :class:`QueueRefresher`
+does the service's part: the first read, the ticks, the wake, one read at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from tornado.ioloop import IOLoop, PeriodicCallback
+
 from aviflow.backends.base import Backend
 from aviflow.errors import AviflowError
 from aviflow.records import QueueQuota
+from aviflow_hub.service.lanes import Lane
 
 log = logging.getLogger("aviflow_hub.service")
 REFRESH_EVERY = 10.0  # seconds
@@ -79,3 +84,40 @@ class QueueReports:
         if self._read_at is None or now - self._read_at >= WATCHED_FOR:
             return MappingProxyType({})
         return self._latest
+
+
+class QueueRefresher:
+    """The service's reads of ``reports`` in ``lane`` (its own, of one worker): one at
+    :meth:`start`, then one every :data:`REFRESH_EVERY` seconds while the queues are watched,
+    and one at once when a look ends an idle spell (``on_wake``). One read at a time: a tick
+    or a wake while a read waits on the backend does nothing."""
+
+    def __init__(self, reports: QueueReports, lane: Lane) -> None:
+        self.reports = reports
+        self.lane = lane
+        self._reading = asyncio.Lock()
+        self._ticks = PeriodicCallback(self.read, REFRESH_EVERY * 1000)
+
+    async def read(self, first: bool = False) -> None:
+        """A refresh while the queues are watched (``first``: in any case); a failure is
+        logged, never raised."""
+        if self._reading.locked():
+            return  # the last read still waits on the backend
+        reports = self.reports
+        async with self._reading:
+            try:
+                await self.lane.run(reports.refresh if first else reports.refresh_if_watched)
+            except Exception:
+                log.exception("reading the backend's queues failed")
+
+    async def start(self) -> None:
+        """The first read (a view for the first look), then the ticks and the wake (on the
+        running IOLoop)."""
+        await self.read(first=True)
+        loop = IOLoop.current()
+        self.reports.on_wake = lambda: loop.spawn_callback(self.read)
+        self._ticks.start()
+
+    def stop(self) -> None:
+        self._ticks.stop()
+        self.reports.on_wake = None
