@@ -38,9 +38,13 @@ replay measures), so the model can show how such costs move the matching pool si
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from _replay_stats import matching_gpus, percentile
+from _replay_trace import scaled
 
 
 class ReplayJob(Protocol):
@@ -133,28 +137,22 @@ def simulate(
             stop(r, preempted=True)
         return True
 
-    def admit() -> None:
-        progress = True
-        while progress:
-            progress = False
-            teams = [t for t in team_quotas if waiting[t]]
-            if shared:
-                teams.sort(key=lambda t: (share(t), order[waiting[t][0].job.name]))
-            for team in teams:
-                for s in list(waiting[team]):
-                    g = s.job.gpus
-                    if not shared:
-                        fits = used[team] + g <= team_quotas[team]
-                    else:
-                        fits = sum(used.values()) + g <= pool
-                        if not fits and used[team] + g <= team_quotas[team]:
-                            fits = reclaim(s)
-                    if fits:
-                        start(s)
-                        progress = True
-                        break  # the order of the teams' shares changed
-                if progress:
-                    break
+    def fits(s: _Job) -> bool:
+        """Whether ``s`` may start now (in the shared pool, reclaiming if it must)."""
+        team, g = s.job.team, s.job.gpus
+        if not shared:
+            return used[team] + g <= team_quotas[team]
+        if sum(used.values()) + g <= pool:
+            return True
+        return used[team] + g <= team_quotas[team] and reclaim(s)
+
+    def next_fit() -> _Job | None:
+        """The first job that may start: each team's in submit order (BestEffortFIFO), the
+        teams in the shared pool by their share, then by their heads' submit order."""
+        teams = [t for t in team_quotas if waiting[t]]
+        if shared:
+            teams.sort(key=lambda t: (share(t), order[waiting[t][0].job.name]))
+        return next((s for t in teams for s in waiting[t] if fits(s)), None)
 
     while i < len(arrivals) or running:
         next_end = ends[0][0] if ends else float("inf")
@@ -171,8 +169,37 @@ def simulate(
             s.queued_at = now
             waiting[s.job.team].append(s)
             i += 1
-        admit()
+        while (s := next_fit()) is not None:  # each start changes the teams' shares
+            start(s)
     return {name: s.waited for name, s in state.items()}
+
+
+@dataclass(frozen=True)
+class Scan:
+    """The model's p90 waits (seconds): the static split's, the shared pool's by size
+    ``(gpus, p90)`` from the whole pool down to half, and the size matching the static p90
+    (:func:`_replay_stats.matching_gpus`'s answer)."""
+
+    static_p90: float
+    shared: list[tuple[int, float]]
+    match: tuple[float | None, str]
+
+
+def scan(jobs: Sequence[ReplayJob], team_quotas: dict[str, int], overhead: float = 0.0) -> Scan:
+    """:func:`simulate` for the static split of ``team_quotas`` and for the shared pool at
+    each size from their total down to half, the quotas scaled as the replay scales them."""
+
+    def p90(quotas: dict[str, int], shared: bool) -> float:
+        return percentile(list(simulate(jobs, quotas, shared, overhead).values()), 0.9)
+
+    total = sum(team_quotas.values())
+    static = p90(team_quotas, False)
+    points = []
+    for gpus in range(total, math.ceil(total / 2) - 1, -1):
+        quotas = scaled(team_quotas, gpus / total)
+        if sum(quotas.values()) == gpus:
+            points.append((gpus, p90(quotas, True)))
+    return Scan(static, points, matching_gpus(points, static))
 
 
 if __name__ == "__main__":  # its examples

@@ -97,7 +97,7 @@ from typing import Any
 import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, images)
 import yaml
 from _png import bar_chart
-from _replay_model import simulate
+from _replay_model import scan
 from _replay_stats import (
     Run,
     Sample,
@@ -476,25 +476,15 @@ def main() -> int:
 def model_line(
     jobs: list[ReplayJob], team_quotas: dict[str, int], hour: float, overhead: float = 0.0
 ) -> str:
-    """The ideal queue model's scan of the same jobs (``_replay_model``), in trace hours:
-    the static split's p90 wait, the shared pool's from the whole pool down to half, and the
-    size that matches; ``overhead`` seconds added to every attempt's hold."""
-    total = sum(team_quotas.values())
-
-    def p90(q: dict[str, int], shared: bool) -> float:
-        return percentile(list(simulate(jobs, q, shared, overhead).values()), 0.9)
-
-    target = p90(team_quotas, False)
-    points = []
-    for gpus in range(total, math.ceil(total / 2) - 1, -1):
-        q = scaled(team_quotas, gpus / total)
-        if sum(q.values()) == gpus:
-            points.append((gpus, p90(q, True)))
-    gpus, how = matching_gpus(points, target)
+    """The ideal queue model's :func:`~_replay_model.scan` of the same jobs, in trace hours;
+    ``overhead`` seconds added to every attempt's hold."""
+    found = scan(jobs, team_quotas, overhead)
+    gpus, how = found.match
+    points = found.shared[:: max(1, len(found.shared) // 6)]
     return (
         f"model ({'no' if not overhead else f'{overhead:g} s'} start-up and release cost): "
-        f"static p90 {target / hour:.2f} h; shared "
-        + ", ".join(f"{g}: {p / hour:.2f}" for g, p in points[:: max(1, len(points) // 6)])
+        f"static p90 {found.static_p90 / hour:.2f} h; shared "
+        + ", ".join(f"{g}: {p / hour:.2f}" for g, p in points)
         + f" h; matches at {'—' if gpus is None else f'{gpus:.1f}'} GPUs ({how})"
     )
 
