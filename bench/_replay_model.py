@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,13 +63,22 @@ class ReplayJob(Protocol):
 
 
 @dataclass
-class _Job:
+class ModelJob:
+    """A job's state in the model (what :data:`Watch` sees of it)."""
+
     job: ReplayJob
     left: float  # seconds of hold still to run
     waited: float = 0.0
     queued_at: float | None = None
     started: float | None = None  # the running attempt's admission
     attempt: int = 0
+    first: float | None = None  # its first admission
+    hold: float = 0.0  # the running attempt's hold, overhead included
+
+
+Watch = Callable[[float, ModelJob, Mapping[str, ModelJob], Mapping[str, list[ModelJob]]], None]
+"""Called as a job arrives that cannot start at once: the time, the job, the jobs running
+(by name) and each team's waiting jobs in their order (the model's state: read, not kept)."""
 
 
 def simulate(
@@ -77,13 +86,15 @@ def simulate(
     team_quotas: dict[str, int],
     shared: bool,
     overhead: float = 0.0,
+    watch: Watch | None = None,
 ) -> dict[str, float]:
     """Each job's total queue wait (seconds, every wait for admission) by name, for the
-    static split (``shared`` False) or the shared pool of ``team_quotas``."""
-    state = {j.name: _Job(j, float(j.hold)) for j in jobs}
+    static split (``shared`` False) or the shared pool of ``team_quotas``; ``watch``: see
+    :data:`Watch`."""
+    state = {j.name: ModelJob(j, float(j.hold)) for j in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.submit, j.name))
-    waiting: dict[str, list[_Job]] = {t: [] for t in team_quotas}
-    running: dict[str, _Job] = {}
+    waiting: dict[str, list[ModelJob]] = {t: [] for t in team_quotas}
+    running: dict[str, ModelJob] = {}
     ends: list[tuple[float, int, str]] = []  # (time, attempt, name): lazily dropped if stale
     used = dict.fromkeys(team_quotas, 0)
     pool = sum(team_quotas.values())
@@ -91,18 +102,20 @@ def simulate(
     i = 0
     now = 0.0
 
-    def start(s: _Job) -> None:
+    def start(s: ModelJob) -> None:
         team = s.job.team
         waiting[team].remove(s)
         assert s.queued_at is not None
         s.waited += now - s.queued_at
         s.queued_at, s.started = None, now
+        s.first = now if s.first is None else s.first
+        s.hold = s.left + overhead
         s.attempt += 1
         running[s.job.name] = s
         used[team] += s.job.gpus
-        heapq.heappush(ends, (now + s.left + overhead, s.attempt, s.job.name))
+        heapq.heappush(ends, (now + s.hold, s.attempt, s.job.name))
 
-    def stop(s: _Job, preempted: bool) -> None:
+    def stop(s: ModelJob, preempted: bool) -> None:
         assert s.started is not None
         del running[s.job.name]
         used[s.job.team] -= s.job.gpus
@@ -116,9 +129,9 @@ def simulate(
     def share(team: str) -> float:
         return max(0, used[team] - team_quotas[team]) / pool
 
-    def reclaim(s: _Job) -> bool:
+    def reclaim(s: ModelJob) -> bool:
         need = s.job.gpus - (pool - sum(used.values()))
-        victims: list[_Job] = []
+        victims: list[ModelJob] = []
         over = dict(used)
         for team in sorted(team_quotas, key=lambda t: -share(t)):
             mine = sorted(
@@ -137,7 +150,7 @@ def simulate(
             stop(r, preempted=True)
         return True
 
-    def fits(s: _Job) -> bool:
+    def fits(s: ModelJob) -> bool:
         """Whether ``s`` may start now (in the shared pool, reclaiming if it must)."""
         team, g = s.job.team, s.job.gpus
         if not shared:
@@ -146,7 +159,7 @@ def simulate(
             return True
         return used[team] + g <= team_quotas[team] and reclaim(s)
 
-    def next_fit() -> _Job | None:
+    def next_fit() -> ModelJob | None:
         """The first job that may start: each team's in submit order (BestEffortFIFO), the
         teams in the shared pool by their share, then by their heads' submit order."""
         teams = [t for t in team_quotas if waiting[t]]
@@ -169,8 +182,11 @@ def simulate(
             s.queued_at = now
             waiting[s.job.team].append(s)
             i += 1
+        arrived = s if next_end > next_arrival else None
         while (s := next_fit()) is not None:  # each start changes the teams' shares
             start(s)
+        if watch is not None and arrived is not None and arrived.started is None:
+            watch(now, arrived, running, waiting)
     return {name: s.waited for name, s in state.items()}
 
 

@@ -168,6 +168,17 @@ def shape(gpus: int, quota: int) -> tuple[int, int]:
     return g // GPUS_PER_NODE, GPUS_PER_NODE
 
 
+def time_limit(hold: int) -> int:
+    """A replayed job's ``timeLimit`` (seconds, counted from its admission): its hold, and
+    room for its pod to start (2-20 s on this loaded machine) and for the controller to see
+    its end.
+
+    >>> time_limit(1), time_limit(36)
+    (22, 60)
+    """
+    return hold + 20 + math.ceil(hold / 10)
+
+
 def replay_jobs(
     rows: Sequence[TraceRow], team_quotas: dict[str, int], hour: float, max_hours: float = 6.0
 ) -> list[ReplayJob]:

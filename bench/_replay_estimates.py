@@ -1,0 +1,107 @@
+"""The controller's estimator run on the ideal queue model's queues (pure; no cluster): how
+far its expected starts can be from the realised ones on a replayed slice, and how much of
+that comes from the run times it cannot know.
+
+As each job arrives in :func:`_replay_model.simulate` and cannot start at once, the pool is
+handed to :func:`aviflow.estimate.estimate` as the controller's forecast builds it: the
+running jobs' releases by their pace once they have logged two rows (the replay's pods log
+a step a second toward their hold: :class:`aviflow.pace.Pace`), before that by their time
+limit (:func:`_replay_trace.time_limit`); the waiting ones in their queue's order, each
+holding its GPUs up to its time limit once started (the trace's jobs have no earlier runs
+of a cell). ``knows_run_times`` replaces both with each job's true remaining hold, which no
+forecast has: what is left of the error then comes from the queue rules the estimator
+does not model (fair sharing's order, reclaim) and from jobs submitted later. The samples
+are rated as the replay rates its own (:func:`_replay_stats.estimate_errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from _replay_model import ModelJob, ReplayJob, simulate
+from _replay_stats import Sample, estimate_errors, percentile
+from _replay_trace import time_limit
+
+from aviflow.estimate import Holding, QueueLimits, Waiting, estimate, release_window, run_window
+from aviflow.pace import Pace
+
+COHORT = "pool"
+
+
+def _release(now: float, r: ModelJob, knows: bool) -> tuple[float, float]:
+    assert r.started is not None
+    if knows:
+        end = r.started + r.hold
+        return end, end
+    limit = float(time_limit(r.job.hold))
+    done_before = r.job.hold - r.left  # steps checkpointed by earlier attempts
+    rows = int(now - r.started)  # a row a second from admission, the first at once
+    pace = Pace(
+        r.attempt,
+        (int(done_before), r.started),
+        (int(done_before + rows), r.started + rows),
+        r.job.hold,
+    )
+    window, _ = release_window(
+        now, r.started, time_limit=limit, progress=pace.progress(), logged_at=r.started + rows
+    )
+    return window
+
+
+def samples(
+    jobs: Sequence[ReplayJob],
+    team_quotas: dict[str, int],
+    shared: bool,
+    overhead: float = 0.0,
+    *,
+    knows_run_times: bool = False,
+) -> list[Sample]:
+    """An estimate for each job that arrives and must wait, with its realised start."""
+    limits = [QueueLimits(t, q, cohort=COHORT if shared else None) for t, q in team_quotas.items()]
+    taken: list[tuple[float, float, float | None, ModelJob]] = []
+
+    def watch(
+        now: float,
+        job: ModelJob,
+        running: Mapping[str, ModelJob],
+        waiting: Mapping[str, list[ModelJob]],
+    ) -> None:
+        holding = [
+            Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_run_times))
+            for r in running.values()
+        ]
+        ordered = sorted(
+            (
+                (pos, w.job.submit, w.job.name, w)
+                for q in waiting.values()
+                for pos, w in enumerate(q)
+            ),
+        )  # each queue's position, then submission: the controller's order
+        queued = [
+            Waiting(
+                w.job.name, w.job.team, w.job.gpus,
+                (w.left + overhead,) * 2 if knows_run_times
+                else run_window(float(time_limit(w.job.hold))),
+            )
+            for _, _, _, w in ordered
+        ]  # fmt: skip
+        est = estimate(now, limits, holding, queued)[job.job.name]
+        if est.low is not None:
+            taken.append((now, est.low, est.high, job))
+
+    simulate(jobs, team_quotas, shared, overhead, watch=watch)
+    return [Sample(at, low, high, j.first) for at, low, high, j in taken if j.first is not None]
+
+
+def medians(found: Sequence[Sample], floor: float) -> tuple[float, float, int]:
+    """The median error of the latest bound and of the middle of the range (as
+    ``bench/replay.py`` prints them), and how many samples were rated."""
+    high, _, _ = estimate_errors(found, floor, point="high")
+    middle, _, _ = estimate_errors(found, floor)
+    return percentile(high, 0.5), percentile(middle, 0.5), len(high)
+
+
+if __name__ == "__main__":  # its examples
+    import doctest
+
+    raise SystemExit(doctest.testmod().failed)
