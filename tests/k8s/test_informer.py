@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from aviflow.operator._informer import Informer
+from aviflow.operator._informer import Informer, RawWatch
 from aviflow_testcluster import wait_for
 
 
@@ -37,6 +37,44 @@ def test_the_index_follows_adds_changes_and_deletes() -> None:
     inf._put(("ns", "a-0"), None)
     assert inf.by("a") == [] and "a" not in inf._by
     assert names(inf.items()) == ["a-1", "b-0", "x"]
+
+
+def test_a_watch_hands_over_the_servers_json_not_the_clients_models() -> None:
+    """The client's own watch decodes each object into its models as well (by the type its
+    list method's docstring names), which the informer never reads; ``RawWatch`` does not,
+    and an error event still raises (410: the informer relists)."""
+    import json
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.watch import Watch
+
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"},
+           "spec": {"containers": [{"name": "c", "image": "i"}]}}  # fmt: skip
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    lines = [{"type": "ADDED", "object": pod}, {"type": "ERROR", "object": gone}]
+
+    class Answer:
+        status = 200
+
+        def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+            for ev in lines:
+                yield (json.dumps(ev) + "\n").encode()
+
+        def close(self) -> None: ...
+        def release_conn(self) -> None: ...
+
+    def list_pods(**kw: Any) -> Answer:
+        """:rtype: V1PodList"""
+        return Answer()
+
+    assert isinstance(next(Watch().stream(list_pods, timeout_seconds=1))["object"], client.V1Pod)
+    events = RawWatch().stream(list_pods, timeout_seconds=1)
+    first = next(events)
+    assert (first["type"], first["object"], first["raw_object"]) == ("ADDED", pod, pod)
+    with pytest.raises(ApiException) as err:
+        next(events)
+    assert err.value.status == 410
 
 
 @pytest.mark.cluster
