@@ -9,6 +9,7 @@ import pytest
 
 from aviflow.operator._informer import Informer, RawWatch
 from aviflow_testcluster import wait_for
+from aviflow_testcluster._agent_common import RawWatch as AgentRawWatch
 
 
 def pod(name: str, job: str | None) -> dict[str, Any]:
@@ -39,10 +40,11 @@ def test_the_index_follows_adds_changes_and_deletes() -> None:
     assert names(inf.items()) == ["a-1", "b-0", "x"]
 
 
-def test_a_watch_hands_over_the_servers_json_not_the_clients_models() -> None:
+@pytest.mark.parametrize("raw", [RawWatch, AgentRawWatch], ids=["controller", "node-agent"])
+def test_a_watch_hands_over_the_servers_json_not_the_clients_models(raw: type) -> None:
     """The client's own watch decodes each object into its models as well (by the type its
-    list method's docstring names), which the informer never reads; ``RawWatch`` does not,
-    and an error event still raises (410: the informer relists)."""
+    list method's docstring names), which the informer (and the test cluster's node agent)
+    never reads; ``RawWatch`` does not, and an error event still raises (410: relist)."""
     import json
 
     from kubernetes import client
@@ -69,7 +71,7 @@ def test_a_watch_hands_over_the_servers_json_not_the_clients_models() -> None:
         return Answer()
 
     assert isinstance(next(Watch().stream(list_pods, timeout_seconds=1))["object"], client.V1Pod)
-    events = RawWatch().stream(list_pods, timeout_seconds=1)
+    events = raw().stream(list_pods, timeout_seconds=1)
     first = next(events)
     assert (first["type"], first["object"], first["raw_object"]) == ("ADDED", pod, pod)
     with pytest.raises(ApiException) as err:

@@ -41,11 +41,11 @@ import threading
 import time
 from pathlib import Path
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 try:  # run as a module of the package, or by path
     from . import _procs
-    from ._agent_common import WATCH_SECONDS, container_log_path, log
+    from ._agent_common import WATCH_SECONDS, RawWatch, container_log_path, log
     from ._agent_logs import start_log_server
     from ._agent_node import NodesMixin
     from ._agent_pod import PodRunner
@@ -53,7 +53,7 @@ try:  # run as a module of the package, or by path
     from ._nodes import NodeSpec
 except ImportError:  # pragma: no cover
     from aviflow_testcluster import _procs
-    from aviflow_testcluster._agent_common import WATCH_SECONDS, container_log_path, log
+    from aviflow_testcluster._agent_common import WATCH_SECONDS, RawWatch, container_log_path, log
     from aviflow_testcluster._agent_logs import start_log_server
     from aviflow_testcluster._agent_node import NodesMixin
     from aviflow_testcluster._agent_pod import PodRunner
@@ -132,7 +132,7 @@ class Agent(NodesMixin):
                 for r in gone:
                     self.dispatch("DELETED", r.pod)
                 rv = data["metadata"]["resourceVersion"]
-                w = watch.Watch()
+                w = RawWatch()
                 # The server ends the watch after WATCH_SECONDS; the client-side read timeout
                 # ends a stream that went silent without closing, so a stuck connection can
                 # never hide new pods for long. Each relist also resyncs every known pod.

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes import client, watch
 
-from ._agent_common import WATCH_SECONDS, log
+from ._agent_common import WATCH_SECONDS, RawWatch, log
 from ._agent_proxy import ProxyLoop, ServiceProxy
 from ._agent_service_model import (
     APISERVER,
@@ -107,7 +107,7 @@ class Reflector:
     def _list_and_watch(self) -> None:
         data = json.loads(self.list_fn(_preload_content=False, _request_timeout=(10, 60)).data)
         self.relist(data["items"])
-        self.watch = watch.Watch()
+        self.watch = RawWatch()
         for ev in self.watch.stream(
             self.list_fn,
             resource_version=data["metadata"]["resourceVersion"],
