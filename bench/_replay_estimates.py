@@ -29,6 +29,8 @@ COHORT = "pool"
 
 
 def _release(now: float, r: ModelJob, knows: bool) -> tuple[float, float]:
+    """When running job ``r`` releases its GPUs, as the forecast sees it at ``now`` (its
+    true end, ``knows``)."""
     assert r.started is not None
     if knows:
         end = r.started + r.hold
