@@ -36,7 +36,8 @@ def rank_process(run_dir: str, rank: int) -> Any:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmd = proc.info["cmdline"] or []
-            if "aviflow.runtime.rank" not in cmd:
+            # the rank wrapper itself, not accelerate's launcher (whose argv carries it)
+            if "aviflow.runtime.rank" not in cmd or "accelerate.commands.launch" in cmd:
                 continue
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
