@@ -497,14 +497,16 @@ def model_estimates(configs: list[Config], jobs: list[ReplayJob], floor: float) 
     """The controller's estimator on the ideal model's queues (:mod:`_replay_estimates`):
     median errors as the replay rates its own, by time limits (what the replay's estimates
     know of the jobs ahead) and knowing each job's run time (what no forecast knows)."""
+    cost = 2.0  # seconds of start-up and release per attempt, as this machine's pods take
     lines = [
-        "\nestimates on the model's queues (median abs err / wait; 2 s start-up and release):",
+        f"\nestimates on the model's queues (median abs err / wait; {cost:g} s start-up and "
+        "release):",
         "| configuration | rated | by time limits: latest | middle | knowing run times |",
         "|---|---:|---:|---:|---:|",
     ]
     for c in configs:
-        high, middle, n = medians(samples(jobs, c.quotas, c.shared, 2.0), floor)
-        known, _, _ = medians(samples(jobs, c.quotas, c.shared, 2.0, knows_run_times=True), floor)
+        high, middle, n = medians(samples(jobs, c.quotas, c.shared, cost), floor)
+        known, _, _ = medians(samples(jobs, c.quotas, c.shared, cost, knows_run_times=True), floor)
         lines.append(f"| {c.name} | {n} | {high:.0%} | {middle:.0%} | {known:.0%} |")
     return "\n".join(lines)
 

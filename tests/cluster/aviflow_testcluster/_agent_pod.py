@@ -326,9 +326,9 @@ class PodRunner(EnvMixin, VolumesMixin, ImageMixin, RestartMixin, threading.Thre
                 self.set_condition("Ready", False, "PodCompleted")
                 self.set_condition("ContainersReady", False, "PodCompleted")
                 self.stop_sidecars()
-                # A container's end takes every process in it (its PID namespace goes), as
-                # with a real runtime: what started a session of its own (torch's ranks
-                # under a launcher that was killed) would otherwise outlive the pod.
+                # The pod's end takes every process in it, as a real runtime's PID namespace
+                # does: what started a session of its own (torch's ranks under a launcher
+                # that was killed) would otherwise outlive the pod.
                 _procs.sweep(self.marker)
                 self.patch_status()
                 return
