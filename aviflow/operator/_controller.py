@@ -20,7 +20,11 @@ A queued job's position (Kueue's visibility API) and Kueue's reason for its wait
 status once it has been queued ``queued_tick`` seconds (since its last QUEUED event): the
 ticker reconciles queued jobs every ``queued_tick``, so they show within twice that, and a
 job admitted sooner (the pool has room) costs neither the visibility call nor a status
-patch for them.
+patch for them. Likewise a new job's first TrainJob status patch waits ``first_status``
+seconds (its run directory's ``status.json`` is written at once): in a burst the first
+reconciles make the attempt Jobs and not also a QUEUED patch each, and a job admitted by
+then is patched once (STARTING). The ticker reconciles a TrainJob with no status every
+``tick``, so its patch is out within ``first_status + tick``.
 
 Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
 never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a
@@ -88,6 +92,7 @@ DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time 
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
 DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
+FIRST_STATUS = 1.0  # seconds a new job's first TrainJob status patch waits (see the docstring)
 
 
 class Deposed(Exception):
@@ -118,6 +123,7 @@ class Controller:
         workers: int = 4,
         tick: float = 1.0,
         queued_tick: float = 5.0,
+        first_status: float = FIRST_STATUS,
         resync: float = 30.0,
         fence: Callable[[], bool] | None = None,
         submission_grace: float = SUBMISSION_GRACE,
@@ -131,6 +137,7 @@ class Controller:
         self.custom = client.CustomObjectsApi(api)
         self.queue = WorkQueue()
         self.tick, self.queued_tick, self.workers = tick, queued_tick, workers
+        self.first_status = first_status
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._ticked: float | None = None  # when the ticker last went round (monotonic)
@@ -215,7 +222,7 @@ class Controller:
                 self.forecast.refresh()
             for obj in (o for c in self.cells.values() for o in c.trainjobs.by(ACTIVE)):
                 state = (obj.get("status") or {}).get("state")  # never final: see _cell
-                if queued or state not in ("QUEUED", None):
+                if queued or state != "QUEUED":  # None: its first status patch may wait
                     self.queue.put(_key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
     def sweep_submissions(self) -> list[str]:
@@ -528,6 +535,13 @@ class Controller:
             run.write_status(status)
         wire = status.to_dict()
         uid = cr["metadata"]["uid"]
+        if (
+            lc.state is JobState.QUEUED
+            and not cr.get("status")
+            and uid not in self._written
+            and now - queued_since(lc, now) < self.first_status
+        ):
+            return  # a new job's first patch waits: one admitted by then is patched once
         if (cr.get("status") or {}) != wire and self._written.get(uid) != wire:
             self._guard()
             try:

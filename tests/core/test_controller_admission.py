@@ -5,7 +5,9 @@ the controller's informer caches are filled by hand and its API clients record e
 
 from __future__ import annotations
 
+import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +17,12 @@ from kubernetes.client.exceptions import ApiException
 
 from aviflow.k8s import manifests as m
 from aviflow.k8s.settings import ClusterSettings
-from aviflow.operator._controller import Controller
+from aviflow.operator._controller import FIRST_STATUS, Controller
 from aviflow.records import Event, EventType, JobState
 from aviflow.runtime.env import MAIN_ADDR, RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
+from aviflow_testcluster import wait_for
 
 NS = "team-a"
 
@@ -66,14 +69,19 @@ class Calls:
 
 class Harness:
     """A controller of namespace ``team-a`` whose API calls land in ``calls`` and whose
-    queue position reads (Kueue's visibility API) in ``positions``."""
+    queue position reads (Kueue's visibility API) in ``positions``; a new job's first status
+    patch waits ``first_status`` seconds (none unless told)."""
 
-    def __init__(self, tmp_path: Path, **settings: Any) -> None:
+    def __init__(self, tmp_path: Path, first_status: float = 0.0, **settings: Any) -> None:
         raw = {"image": "t:1", "namespace": NS, "runs": {"localPath": str(tmp_path)}}
         self.raw = {**raw, **settings}
         self.store = RunStore(tmp_path)
         self.ctl = Controller(
-            client.ApiClient(), ClusterSettings.from_dict(self.raw), self.store, queued_tick=5.0
+            client.ApiClient(),
+            ClusterSettings.from_dict(self.raw),
+            self.store,
+            queued_tick=5.0,
+            first_status=first_status,
         )
         self.calls: list[tuple[str, str]] = []
         self.fail: dict[str, int] = {}
@@ -109,13 +117,17 @@ class Harness:
         assert all(a.released for a in self.answers)
         return ordered(self.calls)
 
-    def job_seen(self, name: str, attempt: int, pending: str = "") -> None:
+    def job_seen(
+        self, name: str, attempt: int, pending: str = "", admitted: str | None = None
+    ) -> None:
         """The informers see attempt ``attempt``'s Job and its Workload, waiting (``pending``:
-        Kueue's reason)."""
+        Kueue's reason) or admitted (``admitted``: when, in RFC 3339)."""
         job_name = f"{name}-a{attempt}"
         labels = {m.LABEL_JOB: name, m.LABEL_ATTEMPT: str(attempt)}
         self.cell.jobs._put((NS, job_name), {"metadata": {"name": job_name, "labels": labels}})
         reserved = {"type": "QuotaReserved", "status": "False", "message": pending}
+        if admitted is not None:
+            reserved = {"type": "Admitted", "status": "True", "lastTransitionTime": admitted}
         wl = {
             "metadata": {
                 "namespace": NS,
@@ -123,7 +135,7 @@ class Harness:
                 "ownerReferences": [{"kind": "Job", "name": job_name}],
             },
             "spec": {"queueName": "q"},
-            "status": {"conditions": [reserved] if pending else []},
+            "status": {"conditions": [reserved] if pending or admitted else []},
         }
         self.cell.workloads._put((NS, f"wl-{job_name}"), wl)
 
@@ -318,3 +330,51 @@ def test_a_job_with_no_attempt_job_reads_no_heartbeat(
     h.job_seen("j1", 1)
     h.reconcile()
     assert read == [0, 1, 2]
+
+
+def test_a_new_jobs_first_status_patch_waits_and_one_admitted_by_then_is_patched_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst's first reconciles make the Jobs, not status patches (issue 28): a job admitted
+    within ``first_status`` seconds gets one patch (STARTING), one still queued then gets
+    QUEUED; the run directory's status is written at once either way."""
+    h = Harness(tmp_path, first_status=FIRST_STATUS)
+    run = h.submit("j1")
+    assert h.reconcile() == CREATED  # no patch yet
+    assert run.status().state is JobState.QUEUED  # status.json: at once
+    h.job_seen("j1", 1)
+    assert h.reconcile() == []
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + FIRST_STATUS)
+    assert h.reconcile() == PATCHED  # waited: shown
+    # admitted within the wait: one patch, STARTING
+    h2 = Harness(tmp_path / "2", first_status=FIRST_STATUS)
+    monkeypatch.setattr(time, "time", lambda: now)
+    run = h2.submit("j2")
+    assert h2.reconcile("j2") == [
+        ("create_namespaced_job", "j2-a1"),
+        ("create_namespaced_network_policy", "avf-j2"),
+        ("create_namespaced_service", "avf-j2"),
+    ]
+    h2.job_seen("j2", 1, admitted=datetime.fromtimestamp(now, UTC).isoformat())
+    assert h2.reconcile("j2") == [("patch_namespaced_custom_object_status", "j2")]
+    assert run.status().state is JobState.STARTING
+
+
+def test_the_ticker_reconciles_a_job_with_no_status_every_tick(tmp_path: Path) -> None:
+    """Its first status patch waits (above): the next tick after the wait makes it, not the
+    next ``queued_tick`` (the ticker's round for the queued ones)."""
+    h = Harness(tmp_path, first_status=FIRST_STATUS)
+    ctl = h.ctl
+    ctl.tick, ctl.queued_tick = 0.01, 3600.0
+    for name, state in (("new", None), ("queued", "QUEUED"), ("running", "RUNNING")):
+        meta = {"namespace": NS, "name": name, "uid": f"u-{name}", "generation": 1}
+        h.cell.trainjobs._put((NS, name), {"metadata": meta, "status": {"state": state}})
+    ticker = threading.Thread(target=ctl._tick_loop, daemon=True)
+    ticker.start()
+    try:
+        wait_for(lambda: len(ctl.queue.waiting) >= 2, 10, "a tick")
+    finally:
+        ctl._stop.set()
+        ticker.join(10)
+    assert sorted(ctl.queue.waiting) == [f"{NS}/new", f"{NS}/running"]
