@@ -35,7 +35,7 @@ from typing import Any
 
 import psutil
 import pytest
-from trainjob_kit import rank_process, tiny
+from trainjob_kit import launcher_process, tiny
 
 from aviflow import api
 from aviflow.attempts import attempts_from_events, job_info
@@ -213,13 +213,13 @@ def test_killing_aviflow_api_and_the_hub_mid_flight_loses_and_duplicates_nothing
         submitter.start()
         wait_for(lambda: len(submitter.said) >= 2, 60, "bob's first submissions")
 
-        # 1. aviflow-api killed; a rank dies while it is down (the job restarts unseen)
+        # 1. aviflow-api killed; a node's launcher dies while it is down (the job restarts unseen)
         assert api_proc.kill9() == -signal.SIGKILL
         restarts = jobs["restarts"]
         run_dir = (
             f"/aviflow/runs/{pool.backend.run_dir(restarts.id).path.parent.name}/{restarts.id}"
         )
-        wait_for(lambda: rank_process(run_dir, 0), 30, "the rank's process").kill()
+        wait_for(lambda: launcher_process(run_dir), 30, "its launcher").kill()
         wait_for(lambda: E.RESTARTING in _kinds(restarts), 120, lambda: _said(jobs))
         # it starts again and dies in its catch-up, one job committed, the next half written
         dying = api_proc.start([str(DYING)])

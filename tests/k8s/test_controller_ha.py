@@ -25,7 +25,7 @@ from aviflow.operator._leader import LEASE, Leadership, Timing
 from aviflow.records import EventType, JobState
 from aviflow_testcluster import wait_for
 
-from .trainjob_kit import rank_process, tiny
+from .trainjob_kit import launcher_process, tiny
 
 pytestmark = pytest.mark.cluster
 
@@ -144,7 +144,7 @@ def test_a_second_controller_takes_over_and_nothing_is_recorded_twice(
 
         # attempt 1 fails under the new leader: one restart, counted once
         run_dir = f"/aviflow/runs/{pool.backend.run_dir(job.id).path.parent.name}/{job.id}"
-        wait_for(lambda: rank_process(run_dir, 0), 30, "rank 0's process").kill()
+        wait_for(lambda: launcher_process(run_dir), 30, "node 0's launcher").kill()
         wait_for(
             lambda: [e.type for e in job.events()].count(EventType.RUNNING) == 2,
             240,

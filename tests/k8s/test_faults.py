@@ -34,7 +34,7 @@ from aviflow.job import Job
 from aviflow.records import EventType, JobState
 from aviflow_testcluster import RESTRICTED, Cluster, wait_for
 
-from .trainjob_kit import rank_process, tiny
+from .trainjob_kit import launcher_process, tiny
 
 pytestmark = pytest.mark.cluster
 
@@ -169,14 +169,15 @@ def test_faults_mid_flight_lose_and_duplicate_nothing(
             60,
             lambda: f"the fourth job queued at position 1: {jobs['queued'].status_record()}",
         )
-        _at("a rank and the controller killed", t0, jobs)
+        _at("a launcher and the controller killed", t0, jobs)
 
-        # 1. a rank dies and the controller with it: the restart is in flight with no one to
-        # record it; the next controller (after the lease runs out) records it once
+        # 1. a node's training process (its launcher) dies and the controller with it: the
+        # restart is in flight with no one to record it; the next controller (after the lease
+        # runs out) records it once
         run_dir = (
             f"/aviflow/runs/{pool.backend.run_dir(restarts.id).path.parent.name}/{restarts.id}"
         )
-        wait_for(lambda: rank_process(run_dir, 0), 30, "the rank's process").kill()
+        wait_for(lambda: launcher_process(run_dir), 30, "its launcher").kill()
         ctl.kill9()
         wait_for(lambda: E.RESTARTING in _kinds(restarts), 120, lambda: _said(jobs) + ctl.logs())
 
@@ -235,7 +236,7 @@ def test_faults_mid_flight_lose_and_duplicate_nothing(
             # the TrainJob's status says the same (patched just after the run store's)
             want = {"state": job.status.value, "attempt": len(starts)}
             wait_for(lambda j=job, w=want: _status(cluster, ns, j.id) == w, 30, f"{name}: {want}")
-        # its only rank killed: no rank's record, so the node's exit (128 + SIGKILL) says it
+        # its launcher killed: no rank's record, so the node's exit (128 + SIGKILL) says it
         restart = next(e for e in restarts.events() if e.type is E.RESTARTING)
         failure = restart.failure
         assert failure is not None and (failure.node, failure.exit_code) == (0, 137), restart

@@ -22,7 +22,7 @@ from aviflow.spec import TrainJob
 from aviflow.store import RunDir
 from aviflow_testcluster import wait_for
 
-from .trainjob_kit import TINY, rank_process, tiny
+from .trainjob_kit import TINY, launcher_process, rank_process, tiny
 
 pytestmark = pytest.mark.cluster
 
@@ -201,7 +201,7 @@ def test_time_limit_counts_admitted_time_across_attempts(make_pool: Any) -> None
     job = api.submit(spec, pool.backend)
     wait_for(lambda: any(c.step >= 20 for c in job.checkpoints()), 240, "a checkpoint")
     run_dir = f"/aviflow/runs/{pool.backend.run_dir(job.id).path.parent.name}/{job.id}"
-    wait_for(lambda: rank_process(run_dir, 0), 30, "rank 0's process").kill()
+    wait_for(lambda: launcher_process(run_dir), 30, "node 0's launcher").kill()
 
     def a2_deadline() -> str:
         return pool.cluster.kubectl(

@@ -1,8 +1,10 @@
-"""What the TrainJob tests on the test control plane share: the tiny regression job and the
-process of one of its ranks (the test cluster's pods are processes of this machine)."""
+"""What the TrainJob tests on the test control plane share: the tiny regression job, and the
+process of one of its ranks or of a node's launcher (the test cluster's pods are processes
+of this machine)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib.resources import files
 from typing import Any
 
@@ -28,22 +30,42 @@ def tiny(name: str, queue: str = "default", nodes: int = 2, gpus: int = 2, **spe
     )
 
 
-def rank_process(run_dir: str, rank: int) -> Any:
-    """The process of ``rank`` of the job whose pods mount ``run_dir`` (the test cluster's
-    pods are processes of this machine)."""
+LAUNCHER = "accelerate.commands.launch"  # in the argv of a node's launcher (and of no rank)
+
+
+def _processes(run_dir: str) -> Iterator[tuple[Any, list[str], dict[str, str]]]:
+    """Every process running the rank wrapper (a rank, or a launcher that carries it in its
+    argv) of the job whose pods mount ``run_dir``: (process, argv, environment)."""
     import psutil
 
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmd = proc.info["cmdline"] or []
-            # (accelerate's launcher carries the wrapper in its argv and has no RANK: for rank
-            # 0 it may be the one found, which tests/k8s/test_faults.py's exit code counts on)
             if "aviflow.runtime.rank" not in cmd:
                 continue
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        if env.get("AVIFLOW_RUN_DIR") == run_dir:
+            yield proc, cmd, env
+
+
+def rank_process(run_dir: str, rank: int) -> Any:
+    """The process of ``rank`` of the job whose pods mount ``run_dir`` (the test cluster's
+    pods are processes of this machine), never its node's launcher; None if none yet."""
+    for proc, cmd, env in _processes(run_dir):
         # (accelerate sets no RANK for a single process: rank 0, as aviflow's process_rank)
-        if env.get("AVIFLOW_RUN_DIR") == run_dir and (env.get("RANK") or "0") == str(rank):
+        if LAUNCHER not in cmd and (env.get("RANK") or "0") == str(rank):
+            return proc
+    return None
+
+
+def launcher_process(run_dir: str, node: int = 0) -> Any:
+    """Node ``node``'s ``accelerate launch`` of the job whose pods mount ``run_dir``: its
+    pod's training process, whose death by SIGKILL is the node's exit 137 (a rank killed
+    instead leaves its launcher to exit 1); None if none yet."""
+    for proc, cmd, env in _processes(run_dir):
+        index = env.get("JOB_COMPLETION_INDEX") or env.get("AVIFLOW_NODE_RANK") or "0"
+        if LAUNCHER in cmd and index == str(node):
             return proc
     return None
