@@ -20,11 +20,9 @@ A queued job's position (Kueue's visibility API) and Kueue's reason for its wait
 status once it has been queued ``queued_tick`` seconds (since its last QUEUED event): the
 ticker reconciles queued jobs every ``queued_tick``, so they show within twice that, and a
 job admitted sooner (the pool has room) costs neither the visibility call nor a status
-patch for them. Likewise a new job's first TrainJob status patch waits ``first_status``
-seconds (its run directory's ``status.json`` is written at once): in a burst the first
-reconciles make the attempt Jobs and not also a QUEUED patch each, and a job admitted by
-then is patched once (STARTING). The ticker reconciles a TrainJob with no status every
-``tick``, so its patch is out within ``first_status + tick``.
+patch for them. A new job's first TrainJob status patch waits ``first_status`` seconds
+(``status.json`` at once; a TrainJob with no status is ticked every ``tick``): a burst's first
+reconciles make Jobs, and one admitted by then is patched once (STARTING).
 
 Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
 never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a

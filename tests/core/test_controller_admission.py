@@ -5,7 +5,6 @@ the controller's informer caches are filled by hand and its API clients record e
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,6 @@ from aviflow.records import Event, EventType, JobState
 from aviflow.runtime.env import MAIN_ADDR, RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, RunStore
-from aviflow_testcluster import wait_for
 
 NS = "team-a"
 
@@ -359,22 +357,3 @@ def test_a_new_jobs_first_status_patch_waits_and_one_admitted_by_then_is_patched
     h2.job_seen("j2", 1, admitted=datetime.fromtimestamp(now, UTC).isoformat())
     assert h2.reconcile("j2") == [("patch_namespaced_custom_object_status", "j2")]
     assert run.status().state is JobState.STARTING
-
-
-def test_the_ticker_reconciles_a_job_with_no_status_every_tick(tmp_path: Path) -> None:
-    """Its first status patch waits (above): the next tick after the wait makes it, not the
-    next ``queued_tick`` (the ticker's round for the queued ones)."""
-    h = Harness(tmp_path, first_status=FIRST_STATUS)
-    ctl = h.ctl
-    ctl.tick, ctl.queued_tick = 0.01, 3600.0
-    for name, state in (("new", None), ("queued", "QUEUED"), ("running", "RUNNING")):
-        meta = {"namespace": NS, "name": name, "uid": f"u-{name}", "generation": 1}
-        h.cell.trainjobs._put((NS, name), {"metadata": meta, "status": {"state": state}})
-    ticker = threading.Thread(target=ctl._tick_loop, daemon=True)
-    ticker.start()
-    try:
-        wait_for(lambda: len(ctl.queue.waiting) >= 2, 10, "a tick")
-    finally:
-        ctl._stop.set()
-        ticker.join(10)
-    assert sorted(ctl.queue.waiting) == [f"{NS}/new", f"{NS}/running"]

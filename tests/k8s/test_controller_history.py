@@ -27,6 +27,17 @@ def trainjob(name: str, state: str | None) -> dict[str, Any]:
     }
 
 
+def ticked(ctl: Controller, n: int) -> None:
+    """Run the controller's ticker until ``n`` jobs wait in its queue, then stop it."""
+    ticker = threading.Thread(target=ctl._tick_loop, daemon=True)
+    ticker.start()
+    try:
+        wait_for(lambda: len(ctl.queue.waiting) >= n, 10, "a tick")
+    finally:
+        ctl._stop.set()
+        ticker.join(10)
+
+
 def test_the_ticker_queues_the_trainjobs_not_finished_only(tmp_path: Path) -> None:
     settings = ClusterSettings.from_dict({"namespace": "ns", "runs": {"localPath": str(tmp_path)}})
     ctl = Controller(client.ApiClient(), settings, RunStore(tmp_path), tick=0.01, queued_tick=0.01)
@@ -37,13 +48,7 @@ def test_the_ticker_queues_the_trainjobs_not_finished_only(tmp_path: Path) -> No
     for name, state in (("running", "RUNNING"), ("queued", "QUEUED"), ("new", None)):
         cache._put(("ns", name), trim(trainjob(name, state)))
     assert sorted(o["metadata"]["name"] for o in cache.by(ACTIVE)) == ["new", "queued", "running"]
-    ticker = threading.Thread(target=ctl._tick_loop, daemon=True)
-    ticker.start()
-    try:
-        wait_for(lambda: len(ctl.queue.waiting) >= 3, 10, "a tick")
-    finally:
-        ctl._stop.set()
-        ticker.join(10)
+    ticked(ctl, 3)
     assert set(ctl.queue.waiting) == {"ns/running", "ns/queued", "ns/new"}
     for obj in cache.items():  # a resync's hand-back of a finished one queues nothing either
         if obj["metadata"]["name"].startswith("done-"):
@@ -53,3 +58,15 @@ def test_the_ticker_queues_the_trainjobs_not_finished_only(tmp_path: Path) -> No
 
 def test_the_cell_examples_run() -> None:
     assert doctest.testmod(_cell).failed == 0  # trim
+
+
+def test_the_ticker_reconciles_a_job_with_no_status_every_tick(tmp_path: Path) -> None:
+    """A new job's first status patch waits (``first_status``,
+    tests/core/test_controller_admission.py): the next tick after the wait makes it, not the
+    next ``queued_tick`` (the ticker's round for the queued ones)."""
+    settings = ClusterSettings.from_dict({"namespace": "ns", "runs": {"localPath": str(tmp_path)}})
+    ctl = Controller(client.ApiClient(), settings, RunStore(tmp_path), tick=0.01, queued_tick=3600)
+    for name, state in (("new", None), ("queued", "QUEUED"), ("running", "RUNNING")):
+        ctl.cells["ns"].trainjobs._put(("ns", name), trim(trainjob(name, state)))
+    ticked(ctl, 2)
+    assert sorted(ctl.queue.waiting) == ["ns/new", "ns/running"]
