@@ -32,9 +32,29 @@ from aviflow_testcluster import wait_for
 GATE = "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)\n"
 
 
+def _stale_disks() -> list[str]:
+    """This fixture's tmpfs mounts left by a pytest run that was killed before its teardown:
+    under a numbered base dir whose ``.lock`` (pytest's, holding the run's pid) is gone or
+    names a dead process. A live run's disk is not one of them."""
+    stale = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, point, fstype, *_ = line.split()
+        found = re.match(r"(/.+/pytest-of-[^/]+/pytest-\d+)/.+/disk$", point)
+        if fstype != "tmpfs" or not found:
+            continue
+        lock = Path(found[1]) / ".lock"
+        pid = lock.read_text().strip() if lock.exists() else ""
+        if not (pid.isdigit() and psutil.pid_exists(int(pid))):
+            stale.append(point)
+    return stale
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs of its own (a full disk that fills nobody else's)."""
+    """A 16 MiB tmpfs of its own (a full disk that fills nobody else's); first unmounts any
+    left by a killed run (:func:`_stale_disks`)."""
+    for point in _stale_disks():
+        subprocess.run(["umount", "--lazy", point], check=False)
     where = tmp_path / "disk"
     where.mkdir()
     done = subprocess.run(
