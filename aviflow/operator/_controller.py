@@ -16,13 +16,10 @@ status is final costs nothing more: it is neither queued nor read again, neither
 handed back at a resync, and its cache keeps a few fields of it (:mod:`._cell`); its
 attempts' Jobs go after their ``ttlSecondsAfterFinished``.
 
-A queued job's position (Kueue's visibility API) and Kueue's reason for its wait reach its
-status once it has been queued ``queued_tick`` seconds (since its last QUEUED event): the
-ticker reconciles queued jobs every ``queued_tick``, so they show within twice that, and a
-job admitted sooner (the pool has room) costs neither the visibility call nor a status
-patch for them. A new job's first TrainJob status patch waits ``first_status`` seconds
-(``status.json`` at once; a TrainJob with no status is ticked every ``tick``): a burst's first
-reconciles make Jobs, and one admitted by then is patched once (STARTING).
+A queued job's position and Kueue's reason reach its status once it has been queued
+``queued_tick`` seconds, and a new job's first TrainJob status patch waits ``first_status``
+seconds (:mod:`._status`); the ticker reconciles queued jobs every ``queued_tick``, and the
+others (a TrainJob with no status among them) every ``tick``.
 
 Orphans, both ways: at start and every ``resync`` seconds, a run directory whose TrainJob was
 never created is recorded FAILED after ``submission_grace`` seconds (:mod:`._orphans`); a
@@ -48,7 +45,6 @@ from kubernetes.client.exceptions import ApiException
 from aviflow import driving, usage
 from aviflow.attempts import admission_drift, held_seconds
 from aviflow.k8s import manifests as m
-from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import owner_job
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
@@ -80,8 +76,9 @@ from aviflow.operator._observe import (
 )
 from aviflow.operator._orphans import SUBMISSION_GRACE, Submissions
 from aviflow.operator._reads import API_TIMEOUT, ClusterReads
+from aviflow.operator._status import FIRST_STATUS, Statuses
 from aviflow.operator._workqueue import WorkQueue
-from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState, JobStatus
+from aviflow.records import CheckpointRef, Event, EventType, FailureInfo, JobState
 from aviflow.spec import TrainJob
 from aviflow.store import EventsCache, RunDir, RunStore, disk_full
 
@@ -90,7 +87,6 @@ DEADLINE_GRACE = 60  # activeDeadlineSeconds backs up the controller's own time 
 NODE_LOG_LINES = 200
 MAX_STEPS = 8
 DRIFT_TOLERANCE = 2.0  # seconds: Kueue's count and its condition times are whole seconds
-FIRST_STATUS = 1.0  # seconds a new job's first TrainJob status patch waits (see the docstring)
 
 
 class Deposed(Exception):
@@ -100,12 +96,6 @@ class Deposed(Exception):
 def _key(namespace: str, name: str) -> str:
     """A TrainJob's key in the work queue."""
     return f"{namespace}/{name}"
-
-
-def queued_since(lc: Lifecycle, default: float) -> float:
-    """When a queued job was queued last (every way into QUEUED records a QUEUED event:
-    submitted, requeued after an eviction, waiting to restart), else ``default``."""
-    return next((e.time for e in reversed(lc.events) if e.type is EventType.QUEUED), default)
 
 
 class Controller:
@@ -147,7 +137,8 @@ class Controller:
         self._deleted: dict[str, Obj] = {}
         self._outages = driving.Outages(log.warning)  # no hang judgment on a full store
         self.reads = ClusterReads(api, self.custom, self.cells)
-        self.binder = Binder(store, self._refuse, self.settings, self.reads.team_of)
+        self.statuses = Statuses(self)
+        self.binder = Binder(store, self.statuses.refuse, self.settings, self.reads.team_of)
         self.submissions = Submissions(
             store,
             {ns: cell.trainjobs for ns, cell in self.cells.items()},
@@ -158,7 +149,6 @@ class Controller:
         self.events = EventsCache()  # the reconciles' and the forecast's: reads what grew
         self.forecast = PoolForecast(self)
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
-        self._written: dict[str, dict[str, Any]] = {}  # TrainJob uid -> status last patched
         self._full: dict[str, float] = {}  # TrainJob key -> since when the store refused it
         self.children = Children(self)
 
@@ -281,7 +271,7 @@ class Controller:
         if obj.get("deleted"):
             self._seen.pop(key, None)
             self.children.forget(meta["namespace"], meta["name"])
-            self._written.pop(meta.get("uid", ""), None)
+            self.statuses.forget(meta.get("uid", ""))
             if not final(obj):  # a final one had its end recorded
                 self._deleted[key] = obj
                 self.queue.put(key)
@@ -395,7 +385,7 @@ class Controller:
             self.children.ensure(cell, ref, job)
         if lc.state.is_finished() and lc.state is JobState.CANCELLED:
             self.children.delete(cell, job_id)
-        self._write_status(cr, run, lc, snap, job_id, now)
+        self.statuses.write(cr, run, lc, snap, job_id, now)
         if lc.state.is_finished():
             self.children.forget(ns, job_id)
 
@@ -513,50 +503,6 @@ class Controller:
         path = self.store.checkpoint_path(CheckpointRef(start.job, start.step))
         return path.relative_to(self.store.root).as_posix()
 
-    def _write_status(
-        self, cr: Obj, run: RunDir, lc: Lifecycle, snap: Snapshot, job_id: str, now: float
-    ) -> None:
-        """The job's status, in its run directory and on its TrainJob. A queued job's
-        position (Kueue's visibility API) and Kueue's reason once it has waited
-        ``queued_tick`` seconds: one admitted sooner costs neither that call nor a patch."""
-        ns, position, message = cr["metadata"]["namespace"], None, None
-        if lc.state is JobState.QUEUED and now - queued_since(lc, now) >= self.queued_tick:
-            wl = snap.workloads.get(lc.attempt + 1)  # the snapshot found it already
-            if wl is not None:
-                position = self.reads.positions(ns, wl.queue).get(wl.name)
-                if wl.pending:
-                    message = f"waiting for admission: {wl.pending}"
-        expected, wait = self.forecast.get(job_id) if lc.state is JobState.QUEUED else (None, None)
-        status = lc.status(position, message, expected_start=expected, wait=wait)
-        self._guard()
-        if status != run.status():
-            run.write_status(status)
-        wire = status.to_dict()
-        uid = cr["metadata"]["uid"]
-        if (
-            lc.state is JobState.QUEUED
-            and not cr.get("status")
-            and uid not in self._written
-            and now - queued_since(lc, now) < self.first_status
-        ):
-            return  # a new job's first patch waits: one admitted by then is patched once
-        if (cr.get("status") or {}) != wire and self._written.get(uid) != wire:
-            self._guard()
-            try:
-                self.custom.patch_namespaced_custom_object_status(
-                    GROUP,
-                    VERSION,
-                    ns,
-                    PLURAL,
-                    job_id,
-                    {"status": wire},
-                    _request_timeout=API_TIMEOUT,
-                )
-                self._written[uid] = wire  # the cache may show the old one for a while
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-
     def _record_deleted(self, cr: Obj) -> None:
         """The TrainJob was deleted (its children go with it): record the end if it had none."""
         path = self.store.locate(cr["metadata"]["name"])
@@ -572,32 +518,3 @@ class Controller:
         if step.events:
             self._guard()
             run.record(step.events, step.lifecycle.status())
-
-    def _refuse(self, cr: Obj, message: str) -> None:
-        """A TrainJob the controller will not run: FAILED on its status (no run directory),
-        and the attempt Jobs it made (one driven before its directory went) deleted, so
-        nothing holds GPUs for it."""
-        if (cr.get("status") or {}).get("state") == "FAILED":
-            return
-        meta = cr["metadata"]
-        cell = self.cells.get(meta["namespace"])
-        for obj in cell.jobs.by(meta["name"]) if cell is not None else ():
-            owners = obj["metadata"].get("ownerReferences") or []
-            if any(o.get("uid") == meta.get("uid") for o in owners):
-                self.children.delete_job(meta["namespace"], obj["metadata"]["name"])
-        status = JobStatus(JobState.FAILED, 0, message, time.time())
-        self._guard()
-        try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                cr["metadata"]["namespace"],
-                PLURAL,
-                cr["metadata"]["name"],
-                {"status": status.to_dict()},
-                _request_timeout=API_TIMEOUT,
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        log.warning("TrainJob %s refused: %s", cr["metadata"]["name"], message)

@@ -13,7 +13,7 @@ preemption): the forecast measures, for the jobs it told "fits now", how long th
 waited, and puts the latest start of a job that fits at once that far off: the 90th
 percentile of the last :data:`DELAYS` of those waits. GPUs a ClusterQueue's status counts that no
 Aviflow job holds (plain Kueue Jobs) are a holding with no known end. Each queued job's
-estimate reaches its status (``_write_status``); it is replaced only when it moved by a
+estimate reaches its status (:mod:`._status`); it is replaced only when it moved by a
 minute or a tenth of the wait, so a status is not rewritten every tick. The snapshot goes to
 the run store (``.pool.json``) for aviflow-api's dry runs.
 

@@ -16,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from aviflow.k8s import manifests as m
 from aviflow.k8s.settings import ClusterSettings
-from aviflow.operator._controller import FIRST_STATUS, Controller
+from aviflow.operator._controller import Controller
+from aviflow.operator._status import FIRST_STATUS
 from aviflow.records import Event, EventType, JobState
 from aviflow.runtime.env import MAIN_ADDR, RuntimeEnv
 from aviflow.spec import TrainJob
