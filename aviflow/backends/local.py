@@ -35,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError
 
 from aviflow import _procs
 from aviflow._model import StrictModel, explain
@@ -55,8 +55,7 @@ from aviflow.runtime.env import RuntimeEnv
 from aviflow.spec import TrainJob
 from aviflow.store import (
     DEFAULT_JOB_LOG_CAP,
-    RANK_LOG_CAP_HELP,
-    RANK_LOG_CAP_SCHEMA,
+    RankLogCap,
     RunDir,
     RunStore,
     atomic_write,
@@ -135,23 +134,12 @@ class LocalBackendSection(StrictModel):
     capacity: int = Field(
         DEFAULT_CAPACITY, ge=1, description="GPU slots (processes) the machine runs at once."
     )
-    rank_log_cap: int | str | None = Field(
-        DEFAULT_JOB_LOG_CAP,
-        alias="rankLogCap",
-        description=RANK_LOG_CAP_HELP,
-        json_schema_extra=RANK_LOG_CAP_SCHEMA,
-    )
+    rank_log_cap: RankLogCap = DEFAULT_JOB_LOG_CAP
     usage: UsageSettings = Field(
         default_factory=UsageSettings,
         description="How often a running job's GPU/CPU use is recorded, and the idle rule "
         "(README: throughput and use).",
     )
-
-    @field_validator("rank_log_cap")
-    @classmethod
-    def _rank_log_cap(cls, v: int | str | None) -> int | str | None:
-        job_log_cap(v)
-        return v
 
 
 class LocalBackend(StoreReads, Backend):

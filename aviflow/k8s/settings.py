@@ -29,8 +29,7 @@ from aviflow.records import TrainerImage
 from aviflow.spec import IMAGE_REFERENCE, TrainJob
 from aviflow.store import (
     DEFAULT_JOB_LOG_CAP,
-    RANK_LOG_CAP_HELP,
-    RANK_LOG_CAP_SCHEMA,
+    RankLogCap,
     job_log_cap,
 )
 from aviflow.usage import UsageSettings
@@ -255,12 +254,7 @@ class ClusterSettings(StrictModel):
         description="What trainer pods may reach besides their own job and DNS (a package "
         f"mirror, a model hub); {METADATA_CIDR}, the cloud's metadata, never.",
     )
-    rank_log_cap: int | str | None = Field(
-        DEFAULT_JOB_LOG_CAP,
-        alias="rankLogCap",
-        description=RANK_LOG_CAP_HELP,
-        json_schema_extra=RANK_LOG_CAP_SCHEMA,
-    )
+    rank_log_cap: RankLogCap = DEFAULT_JOB_LOG_CAP
     usage: UsageSettings = Field(
         default_factory=UsageSettings,
         description="How often the controller records a running job's GPU/CPU use, and the "
@@ -302,12 +296,6 @@ class ClusterSettings(StrictModel):
     def _namespace(cls, v: str) -> str:
         if not is_dns1123_label(v):
             raise ValueError(f"{v!r} is not a namespace name ({DNS1123_LABEL.pattern})")
-        return v
-
-    @field_validator("rank_log_cap")
-    @classmethod
-    def _rank_log_cap(cls, v: int | str | None) -> int | str | None:
-        job_log_cap(v)
         return v
 
     @property

@@ -38,7 +38,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
 
 from aviflow._units import parse_bytes
 from aviflow.errors import UnsafeJobFile
@@ -127,6 +129,19 @@ def job_log_cap(value: int | str | None) -> int | None:
             f"{value!r} is less than the least log cap, {MIN_RANK_LOG_CAP} bytes (64Ki)"
         )
     return cap
+
+
+def _checked_log_cap(value: int | str | None) -> int | str | None:
+    job_log_cap(value)
+    return value
+
+
+# an admin's ``rankLogCap`` in a backend's settings (the local backend's, the cluster's)
+RankLogCap = Annotated[
+    int | str | None,
+    AfterValidator(_checked_log_cap),
+    Field(alias="rankLogCap", description=RANK_LOG_CAP_HELP, json_schema_extra=RANK_LOG_CAP_SCHEMA),
+]
 
 
 def rank_log_share(job_cap: int | None, world: int) -> int | None:
