@@ -19,10 +19,12 @@ Job (the controller's reaction; ~0 for a plain Job), its Workload ``Admitted``, 
 running; p50 and p99; admissions per second over a burst; then TrainJob / plain Job ratios
 (target <= 1.2 at p50 and p99). The observer's clock is this process's: the API server's
 condition times have whole seconds only. Also submit -> first training step of a 2 x 2 job
-on the cluster vs the local backend (``--no-first-step`` leaves it out).
+on the cluster vs the local backend (``--no-first-step`` leaves it out), and, measured first
+with no controller running, the CPU each kind of object a submission makes costs the control
+plane's processes (``bench/_object_costs.py``; ``--no-costs`` leaves it out).
 
     .venv/bin/python bench/admission.py [--room-jobs 20] [--room-runs 3] [--singles 5]
-                                        [--jobs 64] [--workers N]
+                                        [--jobs 64] [--workers N] [--no-costs]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -47,6 +49,7 @@ from typing import Any
 
 import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, images)
 import yaml
+from _object_costs import object_costs
 from aviflow_pool import pool_objects, run_store_volume
 from kubernetes import client
 
@@ -421,6 +424,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=64, help="the saturated burst")
     parser.add_argument("--workers", type=int, help="the controller's (default: its own)")
     parser.add_argument("--no-first-step", dest="first_step", action="store_false")
+    parser.add_argument(
+        "--no-costs", dest="costs", action="store_false", help="no CPU per object table"
+    )
     args = parser.parse_args()
     if args.room_jobs >= len(TEAMS) * GPUS_PER_TEAM:
         parser.error(f"--room-jobs: fewer than the pool's {len(TEAMS) * GPUS_PER_TEAM} GPUs")
@@ -430,6 +436,12 @@ def main() -> int:
     bench: Bench | None = None
     try:
         bench = Bench(cluster, work)
+        # before the controller starts: nothing reconciles the TrainJobs made there
+        costs = (
+            object_costs(bench.api, bench.ns, bench.settings, bench.job("c", 0))
+            if args.costs
+            else ""
+        )
         bench.observer.start()
         bench.start_controller(args.workers)
         lines = []
@@ -449,6 +461,8 @@ def main() -> int:
         print(table(bench.rows), flush=True)
         for line in lines:
             print(line, flush=True)
+        if costs:
+            print(f"\n{costs}", flush=True)
         print(f"(the whole run: {(time.monotonic() - started) / 60:.1f} min)", flush=True)
         print(f"logs (the controller's, the control plane's): {work}", file=sys.stderr)
     finally:
