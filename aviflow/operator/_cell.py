@@ -10,13 +10,16 @@ each, and no time at a resync or a tick (``bench/controller_history.py``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.kueue import owner_job
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._informer import Informer, Obj
+from aviflow.operator._observe import AttemptJob, PodView
 from aviflow.records import JobState
 
 if TYPE_CHECKING:
@@ -76,6 +79,36 @@ def owner_jobs(obj: Obj) -> list[str]:
     return [name] if name else []
 
 
+class ChildViews:
+    """What a reconcile reads of each of the jobs' Jobs, pods and Workloads (their views:
+    :class:`AttemptJob`, :class:`PodView`, :class:`WorkloadView`) as their last event showed
+    it, by uid. An event that leaves a child's view as it was (a pod's conditions or IP, a
+    Job's counts, an informer's resync hand-back) queues no reconcile: the one it would make
+    reads what the last one read. A new or deleted child, or one whose view cannot be read,
+    always does; the ticker still reconciles every job not finished."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, Any] = {}
+
+    def changed(self, obj: Obj, view: Callable[[Obj], Any]) -> bool:
+        uid = obj["metadata"].get("uid")
+        if obj.get("deleted") or not uid:
+            self._views.pop(uid, None)
+            return True
+        try:
+            seen = view(obj)
+        except (KeyError, TypeError, ValueError, AttributeError):  # a reconcile will judge it
+            self._views.pop(uid, None)
+            return True
+        if self._views.get(uid) == seen:
+            return False
+        self._views[uid] = seen
+        return True
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+
 class Cell:
     """The informers of one jobs' namespace (TrainJobs, their Jobs, pods and Workloads)
     and the settings the builders place objects there with."""
@@ -99,7 +132,7 @@ class Cell:
         self.jobs = Informer(
             f"jobs/{ns}",
             ctl.batch.list_namespaced_job,
-            ctl._on_child,
+            partial(ctl._on_child, view=AttemptJob.of),
             resync=resync,
             index=job_label,
             namespace=ns,
@@ -108,7 +141,7 @@ class Cell:
         self.pods = Informer(
             f"pods/{ns}",
             ctl.core.list_namespaced_pod,
-            ctl._on_child,
+            partial(ctl._on_child, view=PodView.of),
             resync=resync,
             index=job_label,
             namespace=ns,

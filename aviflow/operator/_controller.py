@@ -63,7 +63,7 @@ from aviflow.lifecycle import (
     Unrunnable,
 )
 from aviflow.operator._binding import Binder
-from aviflow.operator._cell import ACTIVE, Cell, final, job_label
+from aviflow.operator._cell import ACTIVE, Cell, ChildViews, final, job_label
 from aviflow.operator._children import Children
 from aviflow.operator._forecast import PoolForecast
 from aviflow.operator._informer import Obj
@@ -149,6 +149,7 @@ class Controller:
         self.events = EventsCache()  # the reconciles' and the forecast's: reads what grew
         self.forecast = PoolForecast(self)
         self._seen: dict[str, tuple[Any, ...]] = {}  # TrainJob key -> what a reconcile acts on
+        self.views = ChildViews()  # a child's event queues its job only if its view changed
         self._full: dict[str, float] = {}  # TrainJob key -> since when the store refused it
         self.children = Children(self)
 
@@ -284,15 +285,22 @@ class Controller:
                 new = not (obj.get("status") or {}).get("state")
                 self.queue.put(key, urgent=new)
 
-    def _on_child(self, obj: Obj) -> None:
+    def _on_child(self, obj: Obj, view: Callable[[Obj], Any] | None = None) -> None:
+        """Queue the job of a Job or pod (its label) unless the event left what a reconcile
+        reads of it (``view``) as it was (:class:`ChildViews`)."""
+        if view is not None and not self.views.changed(obj, view):
+            return
         for job_id in job_label(obj):
             self.queue.put(_key(obj["metadata"]["namespace"], job_id))
 
     def _on_workload(self, obj: Obj) -> None:
         name = owner_job(obj)
-        if name and "-a" in name:
+        if name and "-a" in name and self.views.changed(obj, self._workload_view):
             self.queue.put(_key(obj["metadata"]["namespace"], name.rsplit("-a", 1)[0]))
         # others' queue positions move too: the ticker reconciles queued jobs every queued_tick
+
+    def _workload_view(self, obj: Obj) -> WorkloadView:
+        return WorkloadView.of(obj, 0, self.settings.gpu_resource)  # attempt: its Job's
 
     def _guard(self) -> None:
         """Raises :class:`Deposed` unless this controller may write now."""

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from aviflow.k8s import manifests as m
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._controller import Controller
+from aviflow.operator._observe import PodView
 from aviflow.operator._status import FIRST_STATUS
 from aviflow.records import Event, EventType, JobState
 from aviflow.runtime.env import MAIN_ADDR, RuntimeEnv
@@ -358,3 +359,57 @@ def test_a_new_jobs_first_status_patch_waits_and_one_admitted_by_then_is_patched
     h2.job_seen("j2", 1, admitted=datetime.fromtimestamp(now, UTC).isoformat())
     assert h2.reconcile("j2") == [("patch_namespaced_custom_object_status", "j2")]
     assert run.status().state is JobState.STARTING
+
+
+def test_a_childs_event_queues_its_job_only_when_what_a_reconcile_reads_of_it_changed(
+    tmp_path: Path,
+) -> None:
+    """A pod's or Workload's event that leaves its view (phase, exit code, admission...) as
+    it was queues nothing; a new, changed or deleted one does, and so does one whose view
+    cannot be read (a reconcile judges it)."""
+    ctl = Harness(tmp_path).ctl
+    labels = {m.LABEL_JOB: "j1", m.LABEL_ATTEMPT: "1"}
+
+    def pod(phase: str, **status: Any) -> dict[str, Any]:
+        meta = {"namespace": NS, "name": "j1-a1-0", "uid": "pod-1", "labels": labels}
+        return {"metadata": meta, "status": {"phase": phase, **status}}
+
+    def workload(*conditions: dict[str, str]) -> dict[str, Any]:
+        meta = {
+            "namespace": NS, "name": "wl-j1-a1", "uid": "wl-1",
+            "ownerReferences": [{"kind": "Job", "name": "j1-a1"}],
+        }  # fmt: skip
+        return {"metadata": meta, "status": {"conditions": list(conditions)}}
+
+    def queued(event: dict[str, Any], kind: str = "pod") -> bool:
+        if kind == "pod":
+            ctl._on_child(event, view=PodView.of)
+        else:
+            ctl._on_workload(event)
+        waiting = ctl.queue.waiting
+        for key in waiting:
+            ctl.queue.take()
+            ctl.queue.done(key)
+        assert waiting in ([], [f"{NS}/j1"])
+        return bool(waiting)
+
+    ready = {"type": "Ready", "status": "True"}
+    assert queued(pod("Pending"))  # new
+    assert not queued(pod("Pending", conditions=[{"type": "PodScheduled", "status": "True"}]))
+    assert queued(pod("Running"))
+    assert not queued(pod("Running", conditions=[ready], podIP="10.0.0.7"))
+    assert not queued(pod("Running"))  # a resync's hand-back
+    assert queued(pod("Running", containerStatuses=[{"state": {"terminated": {"exitCode": 3}}}]))
+    assert queued({**pod("Failed"), "deleted": True})
+    assert queued(pod("Running"))  # the same uid again after its deletion: new
+    hostile = pod("Running")
+    hostile["metadata"] = {**hostile["metadata"], "uid": "pod-2"}
+    hostile["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "x"}
+    assert queued(hostile) and queued(hostile)  # unreadable: never held back
+    assert queued({"metadata": {"namespace": NS, "labels": labels}, "status": {}})  # no uid
+    admitted = {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-12-05T00:00:00Z"}
+    assert queued(workload(), "workload")
+    assert not queued(workload({"type": "PodsReady", "status": "False"}), "workload")
+    assert queued(workload(admitted), "workload")
+    assert not queued(workload(admitted, {"type": "PodsReady", "status": "True"}), "workload")
+    assert len(ctl.views) == 2  # pod-1 and the Workload: no unreadable one is kept
