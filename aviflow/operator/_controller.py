@@ -1,7 +1,8 @@
 """The TrainJob controller: informers, a work queue, and one reconcile per job.
 
 Level-triggered: every change of a TrainJob, or of a Job, Pod or Kueue Workload labelled with
-its id, queues that job; a reconcile rebuilds the job's :class:`~aviflow.lifecycle.Lifecycle`
+its id that changes what a reconcile reads of it (:class:`~._cell.ChildViews`), queues that
+job; a reconcile rebuilds the job's :class:`~aviflow.lifecycle.Lifecycle`
 from its events in the run store, compares it with what the cluster shows
 (:mod:`._observe`), records the events that follow (the controller is their only writer)
 and makes the cluster match: the headless Service and NetworkPolicy (created once per job
