@@ -84,8 +84,8 @@ class ChildViews:
     :class:`AttemptJob`, :class:`PodView`, :class:`WorkloadView`) as their last event showed
     it, by uid. An event that leaves a child's view as it was (a pod's conditions or IP, a
     Job's counts, an informer's resync hand-back) queues no reconcile: the one it would make
-    reads what the last one read. A new or deleted child, or one whose view cannot be read,
-    always does; the ticker still reconciles every job not finished."""
+    reads what the last one read. A new or deleted child, or one whose view cannot be read
+    (whatever the error), always does; the ticker still reconciles every job not finished."""
 
     def __init__(self) -> None:
         self._views: dict[str, Any] = {}
@@ -97,7 +97,7 @@ class ChildViews:
             return True
         try:
             seen = view(obj)
-        except (KeyError, TypeError, ValueError, AttributeError):  # a reconcile will judge it
+        except Exception:  # never raised into the informer (it would relist): a reconcile judges
             self._views.pop(uid, None)
             return True
         if self._views.get(uid) == seen:

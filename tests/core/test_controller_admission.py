@@ -406,6 +406,7 @@ def test_a_childs_event_queues_its_job_only_when_what_a_reconcile_reads_of_it_ch
     hostile["metadata"] = {**hostile["metadata"], "uid": "pod-2"}
     hostile["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "x"}
     assert queued(hostile) and queued(hostile)  # unreadable: never held back
+    assert ctl.views.changed(hostile, view=lambda obj: 1 / 0)  # nor raised, whatever fails
     assert queued({"metadata": {"namespace": NS, "labels": labels}, "status": {}})  # no uid
     admitted = {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-12-05T00:00:00Z"}
     assert queued(workload(), "workload")
