@@ -19,7 +19,9 @@ from kubernetes import client
 
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION, committed
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
 from aviflow.k8s.settings import ClusterSettings
+from aviflow.records import JobState, JobStatus
 from aviflow.spec import TrainJob
 from aviflow_testcluster import Cluster, wait_for
 
@@ -77,7 +79,7 @@ def object_costs(
         )
 
     def status(i: int) -> None:
-        wire = {"state": "QUEUED", "attempt": 0, "message": "", "updated": time.time()}
+        wire = JobStatus(JobState.QUEUED, 0, "", time.time()).to_dict()
         custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, ns, PLURAL, f"cost-tj-{i}", {"status": wire}, _preload_content=False
         )
@@ -91,7 +93,7 @@ def object_costs(
     def plain(i: int) -> None:
         body = m.attempt_job(job, ref(f"cost-job-{i}"), 1, settings)
         del body["metadata"]["ownerReferences"]
-        body["metadata"]["labels"].update({**mark, "kueue.x-k8s.io/queue-name": "no-such-queue"})
+        body["metadata"]["labels"].update({**mark, m.QUEUE_LABEL: "no-such-queue"})
         batch.create_namespaced_job(ns, body, _preload_content=False)
 
     def config_map(i: int) -> None:
@@ -122,7 +124,7 @@ def object_costs(
     def gone() -> bool:  # the Jobs, and the Workloads the garbage collector takes after them
         jobs = batch.list_namespaced_job(ns, label_selector=selector).items
         workloads = custom.list_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", ns, "workloads"
+            KUEUE_GROUP, KUEUE_VERSION, ns, "workloads"
         )["items"]
         return not jobs and not workloads
 

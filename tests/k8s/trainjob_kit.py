@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from importlib.resources import files
 from typing import Any
 
+from aviflow.runtime.env import COMPLETION_INDEX, NODE_RANK, RUN_DIR
 from aviflow.spec import TrainJob
 
 TINY = files("aviflow.examples").joinpath("tiny_regression.py").read_text()
@@ -46,7 +47,7 @@ def _processes(run_dir: str) -> Iterator[tuple[Any, list[str], dict[str, str]]]:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if env.get("AVIFLOW_RUN_DIR") == run_dir:
+        if env.get(RUN_DIR) == run_dir:
             yield proc, cmd, env
 
 
@@ -65,7 +66,7 @@ def launcher_process(run_dir: str, node: int = 0) -> Any:
     pod's training process, whose death by SIGKILL is the node's exit 137 (a rank killed
     instead leaves its launcher to exit 1); None if none yet."""
     for proc, cmd, env in _processes(run_dir):
-        index = env.get("JOB_COMPLETION_INDEX") or env.get("AVIFLOW_NODE_RANK") or "0"
+        index = env.get(COMPLETION_INDEX) or env.get(NODE_RANK) or "0"
         if LAUNCHER in cmd and index == str(node):
             return proc
     return None
