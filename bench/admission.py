@@ -12,18 +12,19 @@ running a command that exits at once. Each scenario is measured twice:
 
 Scenarios: ``room burst`` (``--room-jobs`` jobs at once, fewer than the free GPUs: nothing
 queues; ``--room-runs`` bursts of each kind, taking turns, their jobs pooled: one burst of 20
-varies by half from run to run), ``room single`` (``--singles`` jobs one at a time, each waited for; plain and
-TrainJob alternate) and ``saturated`` (``--jobs`` at once, more than the pool holds). Each
-row: from the client's create call, when an observer in this process first sees the attempt
-Job (the controller's reaction; ~0 for a plain Job), its Workload ``Admitted``, and its pod
-running; p50 and p99; admissions per second over a burst; then TrainJob / plain Job ratios
-(target <= 1.2 at p50 and p99). The observer's clock is this process's: the API server's
-condition times have whole seconds only. Also submit -> first training step of a 2 x 2 job
-on the cluster vs the local backend (``--no-first-step`` leaves it out), and, measured first
-with no controller running, the CPU each kind of object a submission makes costs the control
-plane's processes (``bench/_object_costs.py``; ``--no-costs`` leaves it out).
+varies by half from run to run), ``room single`` (``--singles`` jobs one at a time, each
+waited for; plain and TrainJob alternate; 20 of each: a p99 of a few is their slowest) and
+``saturated`` (``--jobs`` at once, more than the pool holds). Each row: from the client's
+create call, when an observer in this process first sees the attempt Job (the controller's
+reaction; ~0 for a plain Job), its Workload ``Admitted``, and its pod running; p50 and p99;
+admissions per second over a burst; then TrainJob / plain Job ratios (target <= 1.2 at p50
+and p99). The observer's clock is this process's: the API server's condition times have
+whole seconds only. Also submit -> first training step of a 2 x 2 job on the cluster vs the
+local backend (``--no-first-step`` leaves it out), and, measured first with no controller
+running, the CPU each kind of object a submission makes costs the control plane's processes
+(``bench/_object_costs.py``; ``--no-costs`` leaves it out).
 
-    .venv/bin/python bench/admission.py [--room-jobs 20] [--room-runs 3] [--singles 5]
+    .venv/bin/python bench/admission.py [--room-jobs 20] [--room-runs 3] [--singles 20]
                                         [--jobs 64] [--workers N] [--no-costs]
 
 Builds the test control plane on first use (see tests/cluster/README.md).
@@ -59,7 +60,7 @@ from aviflow.backends.local import LocalBackend
 from aviflow.bundle import build_bundle
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION, committed
-from aviflow.k8s.kueue import owner_job
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._informer import Informer
 from aviflow.spec import TrainJob
@@ -108,7 +109,7 @@ class Observer:
             Informer("pods", core.list_namespaced_pod, self._pod, resync=resync, namespace=ns),
             Informer(
                 "workloads", custom.list_namespaced_custom_object, self._workload,
-                resync=resync, group="kueue.x-k8s.io", version="v1beta2", namespace=ns,
+                resync=resync, group=KUEUE_GROUP, version=KUEUE_VERSION, namespace=ns,
                 plural="workloads",
             ),
         ]  # fmt: skip
@@ -300,7 +301,7 @@ class Bench:
             wait_for(
                 lambda name=name: _true(
                     self.custom.get_cluster_custom_object(
-                        "kueue.x-k8s.io", "v1beta2", "clusterqueues", name
+                        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name
                     ),
                     "Active",
                 ),
@@ -420,7 +421,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--room-jobs", type=int, default=20, help="the burst with room")
     parser.add_argument("--room-runs", type=int, default=3, help="bursts with room, each kind")
-    parser.add_argument("--singles", type=int, default=5, help="jobs one at a time, each kind")
+    parser.add_argument("--singles", type=int, default=20, help="jobs one at a time, each kind")
     parser.add_argument("--jobs", type=int, default=64, help="the saturated burst")
     parser.add_argument("--workers", type=int, help="the controller's (default: its own)")
     parser.add_argument("--no-first-step", dest="first_step", action="store_false")

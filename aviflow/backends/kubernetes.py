@@ -187,6 +187,7 @@ class KubernetesBackend(StoreReads, Backend):
         owner = owner or Owner(getpass.getuser())
         settings = self.settings.for_queue(job.spec.queue)  # the queue's team's namespace
         run = self.submitted_before(job_id, owner) if job_id is not None else None
+        written: TrainJob | None = None  # the spec just written, not read back
         if run is None:
             pinned, image = settings.pin_image(settings.pin_runtime(job))
             try:
@@ -208,21 +209,24 @@ class KubernetesBackend(StoreReads, Backend):
                     f"job {job_id} is being submitted by another request (an earlier try of "
                     "this one?); try again in a few seconds"
                 ) from None
+            written = pinned
         elif run.events().items or run.status().state.is_finished():
             return run.id  # the controller has taken it up (or recorded that it never came)
-        self._create_trainjob(run)
+        self._create_trainjob(run, written)
         return run.id
 
-    def _create_trainjob(self, run: RunDir) -> None:
-        """Create the TrainJob of ``run`` (its spec and owner as its directory records them).
-        A create whose answer is lost is sent again: a 409 for a TrainJob with this
+    def _create_trainjob(self, run: RunDir, spec: TrainJob | None = None) -> None:
+        """Create the TrainJob of ``run`` (its spec and owner as its directory records them;
+        ``spec``: the one just written there, not parsed back on a submission's way). A
+        create whose answer is lost is sent again: a 409 for a TrainJob with this
         submission's token is this submission's (done); one without it holds the name, so
         this one can never be created (the directory goes). A refusal removes the directory;
         a request that may have reached the API server, unanswered, leaves it (pending: the
         controller takes it up, or fails it after its grace period)."""
         from kubernetes.client.exceptions import ApiException
 
-        job, meta, token = run.spec(), run.meta(), run.submission_token()
+        job = spec if spec is not None else run.spec()
+        meta, token = run.meta(), run.submission_token()
         namespace = str(meta.origin.get("namespace") or self.settings.namespace)
         settings = self.settings.in_namespace(namespace)
         ref = m.JobRef(run.id, "", run.path.parent.name, meta.team)

@@ -263,8 +263,9 @@ class RunStore:
                     f"{CODE_DIR}/{RUNTIME_SPEC} is the runtime's; name the file otherwise"
                 )
             (staging / CODE_DIR).mkdir(exist_ok=True)
-            (staging / "job.yaml").write_text(job.to_yaml())
-            (staging / CODE_DIR / RUNTIME_SPEC).write_text(job.to_yaml())
+            spec = job.to_yaml()  # written twice, serialised once
+            (staging / "job.yaml").write_text(spec)
+            (staging / CODE_DIR / RUNTIME_SPEC).write_text(spec)
             for sub in DATA_DIRS:
                 (staging / DATA_DIR / sub).mkdir(parents=True)
             if submission is not None:
