@@ -58,7 +58,7 @@ from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.bundle import build_bundle
 from aviflow.k8s import manifests as m
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION, committed
-from aviflow.k8s.kueue import owner_job
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION, owner_job
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.lifecycle import (
     Admitted,
@@ -246,7 +246,7 @@ class Observer:
             Informer("jobs", batch.list_namespaced_job, self._job, resync=3600, namespace=ns),
             Informer(
                 "workloads", custom.list_namespaced_custom_object, self._workload,
-                resync=3600, group="kueue.x-k8s.io", version="v1beta2", namespace=ns,
+                resync=3600, group=KUEUE_GROUP, version=KUEUE_VERSION, namespace=ns,
                 plural="workloads",
             ),
         ]  # fmt: skip
@@ -319,7 +319,7 @@ class Bench:
             lambda: any(
                 c.get("type") == "Active" and c.get("status") == "True"
                 for c in self.custom.get_cluster_custom_object(
-                    "kueue.x-k8s.io", "v1beta2", "clusterqueues", queue
+                    KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue
                 )
                 .get("status", {})
                 .get("conditions", [])

@@ -128,6 +128,7 @@ from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.bundle import build_bundle
 from aviflow.estimate import Estimate
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._informer import Informer
 from aviflow.paging import read_pages
@@ -284,7 +285,7 @@ def replay(
     custom = client.CustomObjectsApi(api)
 
     def active(name: str) -> bool:
-        cq = custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", name)
+        cq = custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
         return _true(cq, "Active")
 
     for o in objects:
