@@ -21,7 +21,7 @@ from ._lock import locked
 __all__ = [
     "k8s_cluster",
     "k8s_namespace",
-    "pytest_collection_modifyitems",
+    "pytest_collection_finish",
     "pytest_runtest_makereport",
 ]
 
@@ -32,14 +32,25 @@ __all__ = [
 HOST_MODE = True
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """Build the binaries up front when a selected test needs the cluster."""
-    needed = any("k8s_cluster" in getattr(item, "fixturenames", ()) for item in items)
-    if needed and not _build.binaries_present():
-        tr = config.pluginmanager.get_plugin("terminalreporter")
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build what the selected tests need before the first of them, outside every test's
+    timeout: the control plane's binaries for a test of the cluster, then ``helm`` for a
+    chart test (each cached; cold, minutes). The images plugin's build runs meanwhile."""
+    items = session.items
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if uses_fixture(items, "k8s_cluster") and not _build.binaries_present():
         if tr is not None:
             tr.write_line("aviflow test cluster: building binaries (cold cache: long)")
         _build.build()
+    if uses_fixture(items, "helm") and not _build.helm_path().is_file():
+        if tr is not None:
+            tr.write_line("aviflow test cluster: building helm (cold cache: minutes)")
+        _build.build_helm()
+
+
+def uses_fixture(items: list[pytest.Item], fixture: str) -> bool:
+    """Whether a test among ``items`` uses ``fixture`` (the images plugin's question too)."""
+    return any(fixture in getattr(item, "fixturenames", ()) for item in items)
 
 
 @pytest.hookimpl(hookwrapper=True)
