@@ -25,9 +25,9 @@ from aviflow.operator._leader import LEASE, Leadership, Timing
 from aviflow.records import EventType, JobState
 from aviflow_testcluster import wait_for
 
-from .trainjob_kit import launcher_process, tiny
+from .trainjob_kit import TORCH_TEST_TIMEOUT, TORCH_WAIT, launcher_process, tiny
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(TORCH_TEST_TIMEOUT)]
 
 TIMING = Timing(lease_duration=4, renew_deadline=3, retry_period=1)
 
@@ -125,7 +125,7 @@ def test_a_second_controller_takes_over_and_nothing_is_recorded_twice(
             env={"TINY_STEPS": "60", "TINY_CKPT_EVERY": "10", "TINY_STEP_SLEEP": "0.3"},
         )
         job = api.submit(spec, pool.backend)
-        wait_for(lambda: any(c.step >= 10 for c in job.checkpoints()), 240, "a checkpoint")
+        wait_for(lambda: any(c.step >= 10 for c in job.checkpoints()), TORCH_WAIT, "a checkpoint")
         assert " leads" not in b.text()  # two running, one acting
         # both live, the leader working and the candidate waiting (the chart's probe)
         for cand in (a, b):
@@ -160,7 +160,7 @@ def test_a_second_controller_takes_over_and_nothing_is_recorded_twice(
         c = _Candidate(pool, settings, "ctl-c", tmp_path)
         candidates.append(c)
         wait_for(lambda: _holder(pool).startswith("ctl-c_"), 60, "ctl-c takes the lease")
-        assert job.wait(timeout=300) is JobState.SUCCEEDED, job.logs(0)
+        assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, job.logs(0)
     finally:
         for cand in candidates:
             cand.close()

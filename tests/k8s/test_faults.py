@@ -34,9 +34,9 @@ from aviflow.job import Job
 from aviflow.records import EventType, JobState
 from aviflow_testcluster import RESTRICTED, Cluster, wait_for
 
-from .trainjob_kit import launcher_process, tiny
+from .trainjob_kit import TORCH_TEST_TIMEOUT, TORCH_WAIT, launcher_process, tiny
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(TORCH_TEST_TIMEOUT)]
 
 E = EventType
 ONCE = [E.QUEUED, E.STARTING, E.RUNNING]
@@ -202,7 +202,7 @@ def test_faults_mid_flight_lose_and_duplicate_nothing(
 
         for name, job in jobs.items():
             expected = JobState.FAILED if name == "fails" else JobState.SUCCEEDED
-            got = job.wait(timeout=300)
+            got = job.wait(timeout=TORCH_WAIT)
             assert got is expected, (name, _said(jobs), ctl.logs())
         print(
             f"all ended after {time.monotonic() - t0:.0f} s; controller exits {ctl.exits}",

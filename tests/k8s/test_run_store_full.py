@@ -30,10 +30,15 @@ from aviflow.records import EventType, JobState
 from aviflow.store import RunStore
 from aviflow_testcluster import wait_for
 
-from .trainjob_kit import tiny
+from .trainjob_kit import TORCH_TEST_TIMEOUT, TORCH_WAIT, tiny
 
 E = EventType
 FULL_FOR = 60.0  # seconds
+# The short job ends when the test says so (a file in its data directory, which its pod mounts
+# as the host has it): after the store is full, whatever the machine's speed. (It slept 25 s
+# once, and on a slow machine ended before the training job's first checkpoint.)
+GO = "go"
+ENDS_ON_GO = f'until [ -e "$AVIFLOW_RUN_DIR/data/{GO}" ]; do sleep 0.2; done'
 SAID_FULL = re.compile(r"the run store is full \(.*?\): (\S+)'s events and status wait")
 SAID_BACK = re.compile(r"the run store takes bytes again: (\S+) recorded after (\d+) s")
 
@@ -111,6 +116,7 @@ def small_store(make_pool: Any) -> Iterator[Any]:
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(TORCH_TEST_TIMEOUT)
 def test_a_full_run_store_for_a_minute_costs_no_job_and_no_event(
     small_store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -132,7 +138,7 @@ def test_a_full_run_store_for_a_minute_costs_no_job_and_no_event(
             {
                 "metadata": {"name": "ends-meanwhile"},
                 "spec": {"nodes": 1, "gpusPerNode": 1,
-                         "command": ["sleep", "25"]},
+                         "command": ["sh", "-c", ENDS_ON_GO]},
             },
             pool.backend,
         )  # fmt: skip
@@ -140,7 +146,7 @@ def test_a_full_run_store_for_a_minute_costs_no_job_and_no_event(
             lambda: (
                 ends.status is JobState.RUNNING and any(c.step >= 10 for c in trains.checkpoints())
             ),
-            240,
+            TORCH_WAIT,
             lambda: f"both running, one with a checkpoint: {trains.events()} {ends.events()}",
         )
         _fill(filler)
@@ -152,7 +158,9 @@ def test_a_full_run_store_for_a_minute_costs_no_job_and_no_event(
             api.submit(tiny("refused", nodes=1, gpus=1), pool.backend)
         assert refused.value.errno == errno.ENOSPC, refused.value
         assert sorted(pool.backend.list_ids()) == ids
-        # the short job ends; its end waits in the controller, which says why
+        # the short job ends (an empty file takes no block); its end waits in the controller,
+        # which says why
+        (pool.backend.store.get(ends.id).data_dir / GO).touch()
         wait_for(
             lambda: any(SAID_FULL.search(r.getMessage()) for r in caplog.records),
             60,
@@ -163,7 +171,7 @@ def test_a_full_run_store_for_a_minute_costs_no_job_and_no_event(
         assert trains.status is JobState.RUNNING, trains.events()
         filler.unlink()  # space returns
         assert ends.wait(timeout=60) is JobState.SUCCEEDED
-        assert trains.wait(timeout=240) is JobState.SUCCEEDED, trains.logs(0)[-3000:]
+        assert trains.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, trains.logs(0)[-3000:]
     finally:
         filler.unlink(missing_ok=True)
         pool.stop_controller()

@@ -14,9 +14,9 @@ from aviflow.records import JobState
 from aviflow.spec import TrainJob
 from aviflow_testcluster import wait_for
 
-from .trainjob_kit import tiny
+from .trainjob_kit import TORCH_TEST_TIMEOUT, TORCH_WAIT, tiny
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(TORCH_TEST_TIMEOUT)]
 
 
 def test_a_job_reads_its_teams_secret_by_name_and_no_record_keeps_the_value(
@@ -46,7 +46,7 @@ def test_a_job_reads_its_teams_secret_by_name_and_no_record_keeps_the_value(
         )
 
     ok = api.submit(job("with-secret", "hf-token"), pool.backend)
-    assert ok.wait(timeout=180) is JobState.SUCCEEDED, ok.logs(0)
+    assert ok.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, ok.logs(0)
     assert f"token {hashlib.sha256(value.encode()).hexdigest()}" in ok.logs(0)
     cr = pool.cluster.kubectl("get", "trainjob", ok.id, "-n", pool.namespace, "-o", "json").stdout
     assert json.loads(cr)["spec"]["secrets"] == ["hf-token"] and value not in cr
@@ -102,8 +102,8 @@ def test_each_team_runs_in_its_own_namespace(make_pool: Any) -> None:
     slow = api.submit(
         tiny("slow", "nlp", nodes=1, gpus=1, env={"TINY_STEPS": "100000"}), pool.backend
     )
-    assert quick.wait(timeout=180) is JobState.SUCCEEDED, quick.logs(0)
-    wait_for(lambda: slow.status is JobState.RUNNING, 180, "the nlp job runs")
+    assert quick.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, quick.logs(0)
+    wait_for(lambda: slow.status is JobState.RUNNING, TORCH_WAIT, "the nlp job runs")
     for job, queue in ((quick, "vision"), (slow, "nlp")):
         label = f"aviflow.dev/job={job.id}"
         where = {

@@ -22,9 +22,16 @@ from aviflow.spec import TrainJob
 from aviflow.store import RunDir
 from aviflow_testcluster import wait_for
 
-from .trainjob_kit import TINY, launcher_process, rank_process, tiny
+from .trainjob_kit import (
+    TINY,
+    TORCH_TEST_TIMEOUT,
+    TORCH_WAIT,
+    launcher_process,
+    rank_process,
+    tiny,
+)
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(TORCH_TEST_TIMEOUT)]
 
 
 def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
@@ -32,7 +39,7 @@ def test_a_2x2_job_trains_on_two_hgx_nodes_and_its_results_come_back(
 ) -> None:
     pool = make_pool()
     job = api.submit(tiny("tiny k8s"), pool.backend)
-    assert job.wait(timeout=240) is JobState.SUCCEEDED, job.logs(0)
+    assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, job.logs(0)
     kinds = [e.type for e in job.events() if e.type is not EventType.USAGE]
     assert kinds == [EventType.QUEUED, EventType.STARTING, EventType.RUNNING, EventType.SUCCEEDED]
     # it ran in the built trainer image, recorded at submission and by the pods' imageID
@@ -99,7 +106,7 @@ def test_cancel_while_queued_and_while_running_leaves_nothing(make_pool: Any) ->
     run = pool.backend.run_dir(running.id)
     wait_for(
         lambda: running.status is JobState.RUNNING,
-        180,
+        TORCH_WAIT,
         lambda: (
             f"the first job running; it is {running.status_record()}, events "
             f"{[(e.type.value, e.message) for e in running.events()]}, heartbeats "
@@ -156,12 +163,12 @@ def test_kill_9_of_one_rank_restarts_the_whole_group_from_its_checkpoint(make_po
         env={"TINY_STEPS": "60", "TINY_CKPT_EVERY": "10", "TINY_STEP_SLEEP": "0.3"},
     )
     job = api.submit(spec, pool.backend)
-    wait_for(lambda: any(c.step >= 10 for c in job.checkpoints()), 240, "a checkpoint")
+    wait_for(lambda: any(c.step >= 10 for c in job.checkpoints()), TORCH_WAIT, "a checkpoint")
     run_dir = f"/aviflow/runs/{pool.backend.run_dir(job.id).path.parent.name}/{job.id}"
     victim = wait_for(lambda: rank_process(run_dir, 1), 30, "rank 1's process")
     killed_after = max(c.step for c in job.checkpoints())
     victim.kill()
-    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.logs(0)
+    assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, job.logs(0)
     kinds = [e.type for e in job.events() if e.type is not EventType.USAGE]
     assert kinds == [
         EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
@@ -199,7 +206,7 @@ def test_time_limit_counts_admitted_time_across_attempts(make_pool: Any) -> None
         env={"TINY_STEPS": "100000", "TINY_CKPT_EVERY": "20", "TINY_STEP_SLEEP": "0.1"},
     )
     job = api.submit(spec, pool.backend)
-    wait_for(lambda: any(c.step >= 20 for c in job.checkpoints()), 240, "a checkpoint")
+    wait_for(lambda: any(c.step >= 20 for c in job.checkpoints()), TORCH_WAIT, "a checkpoint")
     run_dir = f"/aviflow/runs/{pool.backend.run_dir(job.id).path.parent.name}/{job.id}"
     wait_for(lambda: launcher_process(run_dir), 30, "node 0's launcher").kill()
 
@@ -213,7 +220,7 @@ def test_time_limit_counts_admitted_time_across_attempts(make_pool: Any) -> None
         return f"attempt 2's Job; the job's events: {[(e.type.value, e.message) for e in job.events()]}"
 
     deadline = wait_for(a2_deadline, 120, no_a2)
-    assert job.wait(timeout=300) is JobState.FAILED, job.logs(0)
+    assert job.wait(timeout=TORCH_WAIT) is JobState.FAILED, job.logs(0)
     events = job.events()
     assert [e.type for e in events if e.type is not EventType.USAGE] == [
         EventType.QUEUED, EventType.STARTING, EventType.RUNNING,
@@ -234,7 +241,7 @@ def test_a_failing_rank_fails_the_job_with_its_traceback(make_pool: Any) -> None
     pool = make_pool()
     spec = tiny("fails", env={"TINY_FAIL_RANK": "3", "TINY_FAIL_STEP": "5"})
     job = api.submit(spec, pool.backend)
-    assert job.wait(timeout=240) is JobState.FAILED
+    assert job.wait(timeout=TORCH_WAIT) is JobState.FAILED
     failure = job.failure
     assert failure is not None and (failure.rank, failure.node) == (3, 1), failure
     assert failure.exception == "RuntimeError"
@@ -281,7 +288,7 @@ def test_a_job_rewriting_its_control_files_changes_nothing_the_controller_does(
     )
     run = pool.backend.store.get(job.id)
     spec_before, meta_before = run.spec_path.read_bytes(), run.meta_path.read_bytes()
-    assert job.wait(timeout=240) is JobState.FAILED
+    assert job.wait(timeout=TORCH_WAIT) is JobState.FAILED
     # the pod had no control part to write: what it wrote went to its own root file system
     out = (run.logs_dir / "old.log").read_text()  # its rank log, before it made it a link
     assert "control part here: ['code', 'data']" in out, out[-2000:]
@@ -369,8 +376,8 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     )
     assert moved.high == pytest.approx(a1_end, abs=1.0), (moved, a1_end)
     assert a2.wait(timeout=60) is JobState.CANCELLED
-    assert a1.wait(timeout=240) is JobState.SUCCEEDED
-    assert a3.wait(timeout=240) is JobState.SUCCEEDED
+    assert a1.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED
+    assert a3.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED
     assert b1.wait(timeout=60) is JobState.SUCCEEDED
     started = {
         j.name: next(e.time for e in j.events() if e.type is EventType.STARTING) for j in (a1, a3)
@@ -446,11 +453,11 @@ def test_a_restarted_controller_loses_and_duplicates_nothing(make_pool: Any) -> 
     job = api.submit(
         tiny("survivor", env={"TINY_STEPS": "40", "TINY_STEP_SLEEP": "0.2"}), pool.backend
     )
-    wait_for(lambda: job.status is JobState.RUNNING, 180, "running")
+    wait_for(lambda: job.status is JobState.RUNNING, TORCH_WAIT, "running")
     pool.stop_controller()
     time.sleep(3)
     pool.start_controller()
-    assert job.wait(timeout=240) is JobState.SUCCEEDED
+    assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED
     assert [e.type for e in job.events() if e.type is not EventType.USAGE] == [
         EventType.QUEUED, EventType.STARTING, EventType.RUNNING, EventType.SUCCEEDED,
     ]  # fmt: skip
@@ -474,7 +481,7 @@ def test_a_trainjob_applied_with_kubectl_runs_in_its_own_namespace_directory(
         wait_for(lambda: "by-hand" in pool.backend.list_ids() and "by-hand", 60, "its run dir"),
         pool.backend,
     )
-    assert job.wait(timeout=180) is JobState.SUCCEEDED
+    assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED
     # applied by the cluster's admin without the owner annotation (no queue policy in this
     # namespace): owned by the namespace; the team of its queue's LocalQueue, if labelled
     assert (job.meta.user, job.meta.team) == (f"kubectl-namespace:{pool.namespace}", "default")
@@ -555,7 +562,7 @@ def test_accelerates_own_test_script_passes_as_a_trainjob(make_pool: Any) -> Non
         },
         pool.backend,
     )
-    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.logs(0, tail=60)
+    assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, job.logs(0, tail=60)
     log0 = job.logs(0)
     assert "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo" in log0
     assert "Num processes: 2" in log0 and "**Breakpoint trigger test**" in log0
@@ -571,8 +578,10 @@ def test_a_hung_rank_is_reported_with_its_stacks_and_the_group_restarts(make_poo
     )
     job = api.submit(spec, pool.backend)
     # two attempts of a 2 x 2 job and a 20 s hang: 113 s alone on a slow machine, over 300 s
-    # there beside the other worker's tests (the test's own timeout is 600 s)
-    assert job.wait(timeout=480) is JobState.SUCCEEDED, [(e.type, e.message) for e in job.events()]
+    # there beside the other worker's tests
+    assert job.wait(timeout=TORCH_WAIT) is JobState.SUCCEEDED, [
+        (e.type, e.message) for e in job.events()
+    ]
     restart = next(e for e in job.events() if e.type is EventType.RESTARTING)
     failure = restart.failure
     assert failure is not None and failure.exception == "Hang", failure

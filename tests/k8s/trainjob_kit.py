@@ -13,6 +13,14 @@ from aviflow.spec import TrainJob
 
 TINY = files("aviflow.examples").joinpath("tiny_regression.py").read_text()
 
+# How long a test waits for a torch job's step, checkpoint or end before it calls it a hang.
+# Alone on a usual machine a tiny job takes 10-40 s; on CI's slower machines, beside the
+# other worker's 2 x 8 jobs (tests/core/test_rank_exit.py), several minutes: waits of 180 s
+# and 240 s ran out there while the job trained on. A hang detector costs nothing while the
+# tests pass, so every such wait is this one, under a test timeout with room for two.
+TORCH_WAIT = 480.0
+TORCH_TEST_TIMEOUT = 1200
+
 
 def tiny(name: str, queue: str = "default", nodes: int = 2, gpus: int = 2, **spec: Any) -> TrainJob:
     env = {"TINY_STEPS": "30", "TINY_CKPT_EVERY": "10", **spec.pop("env", {})}
