@@ -8,15 +8,18 @@ running jobs' releases by their pace once they have logged two rows (the replay'
 a step a second toward their hold: :class:`aviflow.pace.Pace`), before that by their time
 limit (:func:`_replay_trace.time_limit`); the waiting ones in their queue's order, each
 holding its GPUs up to its time limit once started (the trace's jobs have no earlier runs
-of a cell). ``knows_run_times`` replaces both with each job's true remaining hold, which no
-forecast has: what is left of the error then comes from the queue rules the estimator
-does not model (fair sharing's order, reclaim) and from jobs submitted later. The samples
-are rated as the replay rates its own (:func:`_replay_stats.estimate_errors`).
+of a cell). ``knows`` replaces the waiting jobs' run windows (``"queued"``), the running
+jobs' releases (``"running"``) or both (``"all"``) with each job's true remaining hold,
+which no forecast has: with both, what is left of the error comes from the queue rules
+the estimator does not model (fair sharing's order, reclaim) and from jobs submitted
+later; each alone says how much of the error the other part of the forecast carries. The
+samples are rated as the replay rates its own (:func:`_replay_stats.estimate_errors`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from _replay_model import ModelJob, ReplayJob, simulate
 from _replay_stats import Sample, estimate_errors, percentile
@@ -26,6 +29,7 @@ from aviflow.estimate import Holding, QueueLimits, Waiting, estimate, release_wi
 from aviflow.pace import Pace
 
 COHORT = "pool"
+Knows = Literal["nothing", "queued", "running", "all"]
 
 
 def _release(now: float, r: ModelJob, knows: bool) -> tuple[float, float]:
@@ -56,9 +60,10 @@ def samples(
     shared: bool,
     overhead: float = 0.0,
     *,
-    knows_run_times: bool = False,
+    knows: Knows = "nothing",
 ) -> list[Sample]:
     """An estimate for each job that arrives and must wait, with its realised start."""
+    knows_running, knows_queued = knows in ("running", "all"), knows in ("queued", "all")
     limits = [QueueLimits(t, q, cohort=COHORT if shared else None) for t, q in team_quotas.items()]
     taken: list[tuple[float, float, float | None, ModelJob]] = []
 
@@ -69,7 +74,7 @@ def samples(
         waiting: Mapping[str, list[ModelJob]],
     ) -> None:
         holding = [
-            Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_run_times))
+            Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_running))
             for r in running.values()
         ]
         ordered = sorted(
@@ -82,7 +87,7 @@ def samples(
         queued = [
             Waiting(
                 w.job.name, w.job.team, w.job.gpus,
-                (w.left + overhead,) * 2 if knows_run_times
+                (w.left + overhead,) * 2 if knows_queued
                 else run_window(float(time_limit(w.job.hold))),
             )
             for _, _, _, w in ordered
