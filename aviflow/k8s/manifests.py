@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, Final
 
+from aviflow._ports import RENDEZVOUS
 from aviflow.k8s import runtimes
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
 from aviflow.k8s.settings import METADATA_CIDR, ClusterSettings
@@ -58,7 +59,7 @@ TAS_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
 CONTAINER: Final = "trainer"
 DNS_LABELS: Final = {"k8s-app": "kube-dns"}  # the cluster DNS's pods (CoreDNS, kube-dns)
 RESUME_MOUNT: Final = "/aviflow/resume"
-PORT_BASE, PORT_SPAN = 20000, 10000
+PORT_BASE, PORT_SPAN = RENDEZVOUS.start, len(RENDEZVOUS)  # no free port of aviflow's is in it
 # podFailurePolicy rule indexes: the Job's Failed condition names the rule that matched
 RULE_DISRUPTION, RULE_EXIT = 0, 1
 
