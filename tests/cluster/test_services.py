@@ -207,15 +207,17 @@ def test_cluster_ip_service_by_name_and_named_target_port(k8s_cluster, k8s_names
             bodies = out["bodies"][url]
             assert set(bodies) == backends, bodies  # round-robin over both ready pods
 
-        # Without ready endpoints, connections are refused at once.
+        # Without ready endpoints, connections are refused at once. (Wait for both backends to
+        # be gone first: while one is stopping and the other still listens, a connection that
+        # met the stopping one was refused and the next one reached the other.)
         for name in backends:
             core.delete_namespaced_pod(name, ns)
+        for name in backends:
+            wait_for(lambda n=name: gone(core, ns, n), 30, f"{name} deleted")
         wait_for(lambda: refused(address, svc_port), 30, "connections refused without endpoints")
         t0 = time.monotonic()
         assert refused(address, svc_port)
         assert time.monotonic() - t0 < 5
-        for name in backends:
-            wait_for(lambda n=name: gone(core, ns, n), 30, f"{name} deleted")
 
 
 def test_load_balancer_service_reached_from_the_host(k8s_cluster, k8s_namespace):

@@ -27,7 +27,8 @@ from aviflow import api
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._controller import Controller
 from aviflow.records import EventType, JobState
-from aviflow.store import RunStore
+from aviflow.runtime.env import RUN_DIR
+from aviflow.store import DATA_DIR, RunStore
 from aviflow_testcluster import wait_for
 
 from .trainjob_kit import TORCH_TEST_TIMEOUT, TORCH_WAIT, tiny
@@ -38,7 +39,7 @@ FULL_FOR = 60.0  # seconds
 # as the host has it): after the store is full, whatever the machine's speed. (It slept 25 s
 # once, and on a slow machine ended before the training job's first checkpoint.)
 GO = "go"
-ENDS_ON_GO = f'until [ -e "$AVIFLOW_RUN_DIR/data/{GO}" ]; do sleep 0.2; done'
+ENDS_ON_GO = f'until [ -e "${RUN_DIR}/{DATA_DIR}/{GO}" ]; do sleep 0.2; done'
 SAID_FULL = re.compile(r"the run store is full \(.*?\): (\S+)'s events and status wait")
 SAID_BACK = re.compile(r"the run store takes bytes again: (\S+) recorded after (\d+) s")
 
