@@ -59,6 +59,11 @@ CANCEL_WAIT = 180.0  # seconds cancel() reads the status for the end (a cluster 
 CANCEL_POLL = 0.5
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 SUBMIT_TRIES = 3
+# Statuses that, without aviflow-api's JSON error body, came from the hub or its proxy in its
+# place: the proxy without a route (404, 502, 503), and the hub, which the proxy's default
+# route reaches until the hub puts the service's route back, refusing the request (403: its
+# xsrf check, seen in a full run as the hub restarted; 405: a method it has no handler for)
+NOT_ITS_ANSWER = frozenset({403, 404, 405, 502, 503})
 SUBMIT_PAUSE = 2.0  # seconds before the second try; twice that before the third
 
 
@@ -125,9 +130,10 @@ class HubBackend(Backend):
                 payload = None
             if not isinstance(payload, dict):
                 payload = {}
-            if "error" not in payload and exc.code in (404, 502, 503):
-                # not aviflow-api's answer: the hub's proxy has no route to it (a hub that
-                # restarts puts its routes back in a moment): try again, as for a 503
+            if "error" not in payload and exc.code in NOT_ITS_ANSWER:
+                # not aviflow-api's answer (it always sends its JSON error): the hub's proxy
+                # has no route to it, or the hub answered in its place (a hub that restarts
+                # puts its routes back in a moment): try again, as for a 503
                 raise BackendUnavailable(
                     f"aviflow-api is not reachable through the hub right now ({method} {path}: "
                     f"{exc.code} {exc.reason}); try again in a few seconds"
