@@ -10,8 +10,8 @@ only predicts it from what the queue reports. The inputs are a snapshot of the p
   the user's earlier runs of the same cell (:func:`release_window`);
 - the waiting jobs in the order the queue reports (:class:`Waiting`: Kueue's visibility
   positions, else the Workloads' creation order), each with how long it will hold its GPUs
-  once started: the durations of its cell's earlier runs, else up to its time limit
-  (:func:`run_window`).
+  once started: the durations of its cell's earlier runs, else the share of its time limit
+  that the pool's recent jobs used, else up to its time limit (:func:`run_window`).
 
 :func:`estimate` replays admission twice from ``now``: once with every job releasing at the
 start of its window (the earliest a job can start) and once at its end (the latest, as long
@@ -505,22 +505,40 @@ LIMITS = (
 )
 
 
+SHARES_NEEDED = 3  # the pool's finished runs needed before their shares say anything
+SHARE_RANGE = (0.1, 0.9)  # the quantiles of those shares a waiting job's window spans
+
+
 def run_window(
-    time_limit: float | None = None, history: Sequence[float] = ()
+    time_limit: float | None = None,
+    history: Sequence[float] = (),
+    shares: Sequence[float] = (),
 ) -> tuple[float, float]:
     """How long a waiting job will hold its GPUs once started (its :class:`Waiting`'s
     ``runs_for``): between the shortest and the longest of ``history`` (the seconds the
-    user's earlier runs of its cell held theirs), else from no time to ``time_limit``
-    (:data:`UNKNOWN` without one); never past its time limit.
+    user's earlier runs of its cell held theirs); else, with a time limit and at least
+    :data:`SHARES_NEEDED` ``shares`` (the part of their time limits the pool's recent
+    successful runs held their GPUs, :meth:`aviflow.history.CellHistory.shares`), between
+    their 10th and 90th percentiles of its limit (users' limits are loose, and the pool's
+    own runs say how loose, as Tsafrir et al. predict run times from recent ones); else
+    from no time to ``time_limit`` (:data:`UNKNOWN` without one); never past its time limit.
 
     >>> run_window(600.0), run_window(600.0, [300.0, 500.0]), run_window(400.0, [300.0, 500.0])
     ((0.0, 600.0), (300.0, 500.0), (300.0, 400.0))
-    >>> run_window(None)
-    (0.0, inf)
+    >>> run_window(600.0, shares=[0.5, 0.25, 1.0, 0.75]), run_window(600.0, shares=[0.5, 1.0])
+    ((150.0, 600.0), (0.0, 600.0))
+    >>> run_window(600.0, shares=[0.5, 0.25, 0.75])
+    (150.0, 450.0)
+    >>> run_window(None), run_window(None, shares=[0.5, 0.25, 1.0])
+    ((0.0, inf), (0.0, inf))
     """
     cap = float(time_limit) if time_limit is not None else UNKNOWN
     if history:
         return min(min(history), cap), min(max(history), cap)
+    if time_limit is not None and len(shares) >= SHARES_NEEDED:
+        found = sorted(min(1.0, max(0.0, s)) for s in shares)
+        low, high = (found[round(q * (len(found) - 1))] for q in SHARE_RANGE)
+        return low * cap, high * cap
     return 0.0, cap
 
 

@@ -17,6 +17,11 @@ before it, up to its bound); a job's answer is kept, and looked at again every
 :data:`RECHECK` seconds only while an earlier run of its cell has not finished. A job with
 no cell id costs the read of its own meta, once.
 
+For waiting jobs with no such runs, :meth:`CellHistory.shares` gives the part of their time
+limit that the pool's newest :data:`SHARES` successful runs with one held their GPUs
+(:func:`aviflow.estimate.run_window`): counted again at most every :data:`RECHECK` seconds,
+over the same listing, each job's time limit read once and a finished run's outcome once.
+
 The ``user`` and the events are the platform's; ``origin`` is the client's: its values are
 compared as opaque strings of bounded length, never used as paths. A meta or an event log
 that is missing, unreadable or too long leaves that run out, never fails the forecast.
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -37,6 +42,7 @@ from aviflow.records import ORIGIN_CLAIM, Event, JobMeta, JobState
 from aviflow.store import RunDir, RunStore
 
 RUNS = 5  # the newest successful earlier runs of a cell counted
+SHARES = 10  # the pool's newest successful runs with a time limit whose shares are counted
 LOOK_BACK = 1000  # the store's newest jobs looked among
 RECHECK = 60.0  # seconds before an answer that waits on an unfinished run is looked at again
 MAX_JOBS = 4096  # answers kept (the least recently asked go first)
@@ -124,6 +130,8 @@ class CellHistory:
         self._cells: OrderedDict[str, Cell | None] = OrderedDict()
         self._ends: OrderedDict[str, float | None] = OrderedDict()  # finished: held if it succeeded
         self._listing: list[str] = []
+        self._limits: OrderedDict[str, float | None] = OrderedDict()  # job id -> its limit
+        self._shares: tuple[float, tuple[float, ...]] = (-RECHECK, ())  # when, what
 
     def of(self, run: RunDir, now: float) -> tuple[float, ...]:
         """The seconds the newest :data:`RUNS` successful earlier runs of ``run``'s cell held
@@ -139,6 +147,49 @@ class CellHistory:
             self._answers.move_to_end(run.id)
             _trim(self._answers, self.jobs)
             return answer.history
+
+    def shares(self, now: float, live: Container[str] = ()) -> tuple[float, ...]:
+        """The part of its time limit each of the store's newest :data:`SHARES` successful
+        runs with a time limit held its GPUs (0-1, newest first), among its newest
+        ``look_back`` jobs; counted again at most every :data:`RECHECK` seconds. ``live``:
+        the jobs the caller knows are queued or running (not ended: their logs are not
+        read)."""
+        with self._lock:
+            at, found = self._shares
+            if now - at < RECHECK:
+                return found
+            try:
+                self._listing = self.store.ids(newest=self.look_back)
+            except (AviflowError, OSError, ValueError):
+                self._listing = []
+            counted: list[float] = []
+            for job_id in reversed(self._listing):
+                if len(counted) == SHARES:
+                    break
+                if job_id in live:
+                    continue
+                limit = self._limit(job_id)
+                if limit is None:
+                    continue
+                held = self._end(job_id)
+                if not isinstance(held, str) and held is not None and held > 0:
+                    counted.append(min(1.0, held / limit))
+            self._shares = (now, tuple(counted))
+            return self._shares[1]
+
+    def _limit(self, job_id: str) -> float | None:
+        """The job's time limit in seconds (None: none, or its spec cannot be read); kept."""
+        if job_id in self._limits:
+            self._limits.move_to_end(job_id)
+            return self._limits[job_id]
+        try:
+            seconds = self.store.get(job_id).spec().spec.time_limit_seconds
+        except (AviflowError, OSError, ValueError):
+            seconds = None
+        limit = float(seconds) if seconds else None
+        self._limits[job_id] = limit
+        _trim(self._limits, 4 * self.look_back)
+        return limit
 
     def _earlier(self, run: RunDir) -> tuple[str, ...]:
         """The ids of the same user's runs of ``run``'s cell submitted before it, newest

@@ -7,8 +7,9 @@ handed to :func:`aviflow.estimate.estimate` as the controller's forecast builds 
 running jobs' releases by their pace once they have logged two rows (the replay's pods log
 a step a second toward their hold: :class:`aviflow.pace.Pace`), before that by their time
 limit (:func:`_replay_trace.time_limit`); the waiting ones in their queue's order, each
-holding its GPUs up to its time limit once started (the trace's jobs have no earlier runs
-of a cell). ``knows`` replaces the waiting jobs' run windows (``"queued"``), the running
+holding its GPUs once started for the part of its time limit the newest finished jobs held
+(by submission, as the controller's :meth:`aviflow.history.CellHistory.shares` counts the
+store's), else up to its time limit (the trace's jobs have no earlier runs of a cell). ``knows`` replaces the waiting jobs' run windows (``"queued"``), the running
 jobs' releases (``"running"``) or both (``"all"``) with each job's true remaining hold,
 which no forecast has: with both, what is left of the error comes from the queue rules
 the estimator does not model (fair sharing's order, reclaim) and from jobs submitted
@@ -26,6 +27,7 @@ from _replay_stats import Sample, estimate_errors, percentile
 from _replay_trace import time_limit
 
 from aviflow.estimate import Holding, QueueLimits, Waiting, estimate, release_window, run_window
+from aviflow.history import SHARES
 from aviflow.pace import Pace
 
 COHORT = "pool"
@@ -66,6 +68,8 @@ def samples(
     knows_running, knows_queued = knows in ("running", "all"), knows in ("queued", "all")
     limits = [QueueLimits(t, q, cohort=COHORT if shared else None) for t, q in team_quotas.items()]
     taken: list[tuple[float, float, float | None, ModelJob]] = []
+    seen: dict[str, ModelJob] = {}  # jobs seen running: finished once neither running nor waiting
+    ended: list[tuple[float, float]] = []  # (submitted, share of its limit held), finished jobs
 
     def watch(
         now: float,
@@ -73,6 +77,13 @@ def samples(
         running: Mapping[str, ModelJob],
         waiting: Mapping[str, list[ModelJob]],
     ) -> None:
+        waits = {w.job.name for q in waiting.values() for w in q}
+        for name, r in list(seen.items()):
+            if name not in running and name not in waits:
+                ended.append((r.job.submit, r.job.hold / time_limit(r.job.hold)))
+                del seen[name]
+        seen.update(running)
+        shares = [share for _, share in sorted(ended)[-SHARES:]]
         holding = [
             Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_running))
             for r in running.values()
@@ -88,7 +99,7 @@ def samples(
             Waiting(
                 w.job.name, w.job.team, w.job.gpus,
                 (w.left + overhead,) * 2 if knows_queued
-                else run_window(float(time_limit(w.job.hold))),
+                else run_window(float(time_limit(w.job.hold)), shares=shares),
             )
             for _, _, _, w in ordered
         ]  # fmt: skip

@@ -5,8 +5,9 @@ A started job releases its slots at the pace of the steps it logged toward a dec
 total (:mod:`aviflow.pace`), else after as long as the user's earlier successful runs of its
 cell held theirs (:mod:`aviflow.history`), else by its ``timeLimit`` (what it has left of it,
 over all its attempts), or at an unknown time without any; a waiting job holds them, once
-started, as long as its cell's earlier successful runs did, else for up to its own
-``timeLimit`` (:func:`~aviflow.estimate.run_window`). Queues admit strictly in order, and the next job a queue allows
+started, as long as its cell's earlier successful runs did, else for the part of its
+``timeLimit`` the store's recent successful runs held, else for up to its own ``timeLimit``
+(:func:`~aviflow.estimate.run_window`). Queues admit strictly in order, and the next job a queue allows
 waits for room on the machine, holding back every later one (:mod:`._admission`).
 """
 
@@ -34,6 +35,9 @@ ASSUMED = (
     "running jobs end at the pace of the steps they logged toward a declared total, else "
     "after as long as their cell's earlier successful runs took, else by their time limit; "
     "those with none of these at an unknown time",
+    "waiting jobs, once started, hold their slots as long as their cell's earlier successful "
+    "runs did, else for the part of their time limit the store's recent successful runs held "
+    "(10th to 90th percentile), else up to their time limit",
 )
 
 
@@ -55,14 +59,17 @@ def _holding(
     return Holding(job_id, spec.queue, spec.total_gpus, window)
 
 
-def _runs_for(run: RunDir, history: CellHistory, now: float) -> tuple[float, float]:
-    """How long the waiting job will hold its slots: its cell's earlier runs, else its
-    time limit (:func:`~aviflow.estimate.run_window`)."""
+def _runs_for(
+    run: RunDir, history: CellHistory, now: float, shares: Sequence[float]
+) -> tuple[float, float]:
+    """How long the waiting job will hold its slots: its cell's earlier runs, else the part
+    of its time limit recent runs held (``shares``), else its time limit
+    (:func:`~aviflow.estimate.run_window`)."""
     try:
         limit = run.spec().spec.time_limit_seconds
     except (AviflowError, OSError, ValueError):
         limit = None
-    return run_window(limit, history.of(run, now))
+    return run_window(limit, history.of(run, now), shares)
 
 
 def forecast(
@@ -89,9 +96,10 @@ def forecast(
     held = (_holding(store, i, now, events, paces, history) for i in held_ids)
     holding = [h for h in held if h is not None]
     waiting: list[Waiting] = []
+    shares = history.shares(now, live={*held_ids, *(q.id for q in queued)})
     for q in queued:
         try:
-            runs_for = _runs_for(store.get(q.id), history, now)
+            runs_for = _runs_for(store.get(q.id), history, now, shares)
         except AviflowError:
             continue
         waiting.append(Waiting(q.id, q.queue, q.gpus, runs_for))

@@ -7,7 +7,8 @@ the controller's :class:`~aviflow.store.EventsCache` has them: unchanged, not re
 when each releases them, by the pace of the steps it logged toward a declared total,
 :mod:`aviflow.pace`, else after as long as the user's earlier successful runs of its cell
 held theirs, :mod:`aviflow.history`, else by its time limit) and the queued ones in Kueue's order (its
-visibility API, as the queue positions), and replays admission forward
+visibility API, as the queue positions; each holding its GPUs, once started, as
+:func:`~aviflow.estimate.run_window` says), and replays admission forward
 (:mod:`aviflow.estimate`). Admission itself takes time (Kueue's cycle, a reclaim's
 preemption): the forecast measures, for the jobs it told "fits now", how long they then
 waited, and puts the latest start of a job that fits at once that far off: the 90th
@@ -63,6 +64,9 @@ ASSUMED = (
     "after as long as their cell's earlier successful runs took, else by their time limit "
     "(those with none of these at an unknown time); "
     "GPUs held by jobs Aviflow does not run end at an unknown time",
+    "waiting jobs, once started, hold their GPUs as long as their cell's earlier successful "
+    "runs did, else for the part of their time limit the pool's recent successful runs held "
+    "(10th to 90th percentile), else up to their time limit",
 )
 Forecast = tuple[Estimate | None, WaitNumbers | None]
 
@@ -199,6 +203,9 @@ class PoolForecast:
         if not cqs:
             return
         gpu = self.ctl.settings.gpu_resource
+        live = {cr["metadata"]["name"] for cell in self.ctl.cells.values()
+                for cr in cell.trainjobs.by("active")}  # fmt: skip
+        shares = self.history.shares(now, live)  # the part of their limits recent runs held
         holding: list[Holding] = []
         queued: list[tuple[int, str, Waiting]] = []
         queues: dict[str, str] = {}
@@ -234,7 +241,7 @@ class PoolForecast:
                         1 << 30,
                     )  # fmt: skip
                     earlier = self.history.of(run, now)  # its cell's runs, else its limit
-                    runs_for = run_window(job.spec.time_limit_seconds, earlier)
+                    runs_for = run_window(job.spec.time_limit_seconds, earlier, shares)
                     queued.append((position, cr["metadata"].get("creationTimestamp", ""),
                                    Waiting(job_id, cq, job.spec.total_gpus, runs_for)))  # fmt: skip
         for name, cq in cqs.items():  # GPUs held by what Aviflow does not run

@@ -233,3 +233,56 @@ def test_a_waiting_job_ahead_runs_as_long_as_its_cells_earlier_runs(tmp_path: Pa
     assert (found[ahead.id].low, found[ahead.id].high) == (1000.0, 1000.0)
     assert (found[other.id].low, found[other.id].high) == (1300.0, 1500.0)
     assert (found[mine.id].low, found[mine.id].high) == (1300.0, 3300.0)
+
+
+def finished(store: RunStore, held: float, limit: str = "1h", end: EventType = E.SUCCEEDED) -> None:
+    """A run of no cell, by another user, that held its GPUs ``held`` seconds."""
+    run = store.create(job(limit), {}, "cy", origin={})
+    run.append_events([
+        Event(E.QUEUED, 0, "", 0.0), Event(E.STARTING, 1, "", 10.0),
+        Event(end, 1, "", 10.0 + held),
+    ])  # fmt: skip
+
+
+def test_the_pools_newest_successful_runs_say_what_part_of_their_limit_they_held(
+    tmp_path: Path,
+) -> None:
+    """Only runs that succeeded with a time limit count (newest first, at most SHARES), and
+    the count is taken again after RECHECK seconds."""
+    store = RunStore(tmp_path)
+    finished(store, 1800.0, limit="2h")  # 0.25
+    finished(store, 3000.0, end=E.FAILED)  # failed: says nothing
+    finished(store, 7200.0)  # past its limit's hour (a late end): counts as all of it
+    store.create(job(), {}, "cy")  # queued: not ended
+    history = CellHistory(store)
+    assert history.shares(0.0) == (1.0, 0.25)
+    for held in range(1, 12):
+        finished(store, 360.0 * held)
+    assert history.shares(RECHECK - 1) == (1.0, 0.25)
+    newest = tuple(min(1.0, 360.0 * held / 3600.0) for held in range(11, 1, -1))
+    assert history.shares(RECHECK) == newest  # 1.1 of its hour counts as 1.0; 0.1 is 11th
+
+
+def test_a_waiting_job_of_no_cell_runs_for_the_part_of_its_limit_recent_runs_held(
+    tmp_path: Path,
+) -> None:
+    """With three or more such runs, a waiting job with no earlier run of its cell holds the
+    machine, once started, between their shares' 10th and 90th percentiles of its own time
+    limit (here 0.25 and 0.75); with fewer, from no time to its limit."""
+    store = RunStore(tmp_path)
+    for held in (900.0, 1800.0, 2700.0):
+        finished(store, held)
+    other = store.create(job("30m"), {}, "cy")
+    mine = store.create(job(), {}, "bob")
+    queued = [Queued(other.id, "q", 4), Queued(mine.id, "q", 4)]
+    found, _ = forecast(store, queued, [], {}, 4, 1000.0)
+    assert (found[other.id].low, found[other.id].high) == (1000.0, 1000.0)
+    assert (found[mine.id].low, found[mine.id].high) == (1450.0, 2350.0)
+    assert "the part of their time limit" in found[mine.id].assumed[1]
+    few = RunStore(tmp_path / "few")
+    for held in (900.0, 1800.0):
+        finished(few, held)
+    other = few.create(job("30m"), {}, "cy")
+    mine = few.create(job(), {}, "bob")
+    found, _ = forecast(few, [Queued(other.id, "q", 4), Queued(mine.id, "q", 4)], [], {}, 4, 0.0)
+    assert (found[mine.id].low, found[mine.id].high) == (0.0, 1800.0)
