@@ -18,7 +18,9 @@ start of its window (the earliest a job can start) and once at its end (the late
 as every window ahead has an end). At each release it admits what fits, as Kueue's scheduler
 does: within a queue in its order (``BestEffortFIFO``: a later job that fits may pass a head
 that does not; ``StrictFIFO``: the head blocks), across queues jobs that need no borrowing
-first, then the oldest. A job fits its queue when the queue's use stays within its nominal
+first, then, where Kueue has fair sharing on, the borrower whose queue's share would be
+lowest once admitted (:meth:`_Pool.share_after`, as Kueue's fair-sharing tournament ranks
+them), then the oldest. A job fits its queue when the queue's use stays within its nominal
 quota, or beyond it within its borrowing limit and what the cohort has unused (a queue's
 ``lendingLimit`` keeps the rest of its quota for itself). With reclaim (the chart's
 ``reclaimWithinCohort``), a job within its queue's nominal quota starts at once, borrowers
@@ -26,7 +28,7 @@ preempted. A job that cannot fit even in an empty pool "never" starts, with the 
 forbids it.
 
 What it does not model, said in every estimate's ``assumed``: priorities other than the
-queue order given, fair-sharing's reordering among borrowers, preemption of lower-priority
+queue order given, preemption among borrowers to even their shares, preemption of lower-priority
 jobs within a queue, node fragmentation and topology (a job admitted by quota may still wait
 for whole nodes), and jobs submitted after ``now``.
 
@@ -69,7 +71,9 @@ class QueueLimits:
 
     ``borrowing_limit``: GPUs beyond ``nominal`` it may borrow from its cohort (None: no
     limit; without a cohort it borrows nothing); ``lending_limit``: how much of its unused
-    nominal quota others may borrow (None: all of it); ``strict``: StrictFIFO."""
+    nominal quota others may borrow (None: all of it); ``strict``: StrictFIFO;
+    ``fair_weight``: its weight in its cohort's fair sharing where Kueue has fair sharing on
+    (None: off; then borrowers are admitted oldest first)."""
 
     name: str
     nominal: int
@@ -77,6 +81,7 @@ class QueueLimits:
     borrowing_limit: int | None = None
     lending_limit: int | None = None
     strict: bool = False
+    fair_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,19 @@ class _Pool:
     def needs_borrowing(self, w: Waiting) -> bool:
         return self.use.get(w.queue, 0) + w.gpus > self.limits[w.queue].nominal
 
+    def share_after(self, w: Waiting) -> float:
+        """Kueue's fair-sharing share of ``w``'s queue were ``w`` admitted: the GPUs it would
+        borrow per thousand lendable in its cohort, over its weight (0 where its queue is
+        not in fair sharing or would borrow nothing; a weight of 0 that borrows: last)."""
+        q = self.limits[w.queue]
+        borrowed = self.use.get(w.queue, 0) + w.gpus - q.nominal
+        if q.fair_weight is None or q.cohort is None or borrowed <= 0:
+            return 0.0
+        lendable = sum(m.nominal - self.guaranteed(m) for m in self.members(q))
+        if q.fair_weight <= 0 or lendable <= 0:
+            return math.inf
+        return borrowed * 1000.0 / lendable / q.fair_weight
+
     def fits(self, w: Waiting, *, machine: bool = True) -> bool:
         """Whether ``w`` fits its queue's limits now (and, ``machine``, the capacity)."""
         q = self.limits[w.queue]
@@ -304,19 +322,19 @@ def _replay(
             ends.remove(e)
             pool.use[e[1]] -= e[2]
         while True:  # admit at t all that fits, in Kueue's order
-            heads: list[tuple[bool, int, Waiting]] = []
+            heads: list[tuple[bool, float, int, Waiting]] = []
             for name, queue in limits.items():
                 for order, w in enumerate(left):
                     if w.queue != name:
                         continue
                     if pool.fits(w, machine=not machine_fifo):
-                        heads.append((pool.needs_borrowing(w), order, w))
+                        heads.append((pool.needs_borrowing(w), pool.share_after(w), order, w))
                         break
                     if queue.strict:
                         break
             if not heads:
                 break
-            _, _, w = min(heads, key=lambda h: (h[0], h[1]))
+            w = min(heads, key=lambda h: h[:3])[3]
             if machine_fifo and not pool.fits_machine(w):
                 break
             left.remove(w)
@@ -501,7 +519,8 @@ def _rough(seconds: float) -> str:
 
 LIMITS = (
     "queue order as reported; no jobs submitted later",
-    "no fair-sharing reordering, no preemption within a queue, no node fragmentation",
+    "no preemption among borrowers to even their shares, no preemption within a queue, "
+    "no node fragmentation",
 )
 
 

@@ -66,7 +66,10 @@ def samples(
 ) -> list[Sample]:
     """An estimate for each job that arrives and must wait, with its realised start."""
     knows_running, knows_queued = knows in ("running", "all"), knows in ("queued", "all")
-    limits = [QueueLimits(t, q, cohort=COHORT if shared else None) for t, q in team_quotas.items()]
+    limits = [
+        QueueLimits(t, q, cohort=COHORT, fair_weight=1.0) if shared else QueueLimits(t, q)
+        for t, q in team_quotas.items()
+    ]  # the shared pool has Kueue's fair sharing on, as the replay configures it
     taken: list[tuple[float, float, float | None, ModelJob]] = []
     seen: dict[str, ModelJob] = {}  # jobs seen running: finished once neither running nor waiting
     ended: list[tuple[float, float]] = []  # (submitted, share of its limit held), finished jobs

@@ -7,9 +7,19 @@ field by field when read back (:func:`parse_snapshot`). Pure.
 ...       "resourceGroups": [{"flavors": [{"resources": [{"name": "nvidia.com/gpu",
 ...       "nominalQuota": 8, "borrowingLimit": "4"}]}]}]}}
 >>> queue_limits(cq, "nvidia.com/gpu")
-QueueLimits(name='vision', nominal=8, cohort='research', borrowing_limit=4, lending_limit=None, strict=False)
+QueueLimits(name='vision', nominal=8, cohort='research', borrowing_limit=4, lending_limit=None, strict=False, fair_weight=None)
 >>> reclaims(cq)
 True
+
+Kueue reports a ClusterQueue's ``status.fairSharing`` only where its Configuration has fair
+sharing on; then the queue's weight (``spec.fairSharing.weight``, default 1) orders borrowers:
+
+>>> cq["status"] = {"fairSharing": {"weightedShare": 0}}
+>>> queue_limits(cq, "nvidia.com/gpu").fair_weight
+1.0
+>>> cq["spec"]["fairSharing"] = {"weight": "500m"}
+>>> queue_limits(cq, "nvidia.com/gpu").fair_weight
+0.5
 """
 
 from __future__ import annotations
@@ -55,7 +65,20 @@ def queue_limits(cq: Mapping[str, Any], gpu_resource: str) -> QueueLimits:
         borrowing_limit=borrow,
         lending_limit=lend,
         strict=spec.get("queueingStrategy") == "StrictFIFO",
+        fair_weight=_fair_weight(cq),
     )
+
+
+def _fair_weight(cq: Mapping[str, Any]) -> float | None:
+    """The ClusterQueue's fair-sharing weight where Kueue reports its fair-sharing status
+    (fair sharing on), else None."""
+    if not (cq.get("status") or {}).get("fairSharing"):
+        return None
+    weight = ((cq.get("spec") or {}).get("fairSharing") or {}).get("weight")
+    try:
+        return 1.0 if weight is None else max(0.0, parse_quantity(weight))
+    except (TypeError, ValueError):
+        return 1.0  # Kueue validated it; one it cannot be read as counts as the default
 
 
 def reclaims(cq: Mapping[str, Any]) -> bool:
@@ -94,7 +117,7 @@ def snapshot_dict(
         "limits": [
             {"name": q.name, "nominal": q.nominal, "cohort": q.cohort,
              "borrowingLimit": q.borrowing_limit, "lendingLimit": q.lending_limit,
-             "strict": q.strict}
+             "strict": q.strict, "fairWeight": q.fair_weight}
             for q in limits
         ],
         "holding": [
@@ -153,10 +176,22 @@ def _list(v: Any, what: str, most: int) -> list[Any]:
     return v
 
 
-def _fields(v: Any, what: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(v, dict) or set(v) != set(keys):
+def _fields(
+    v: Any, what: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``v`` as an object of ``keys`` (and of any of ``optional``: an earlier version's
+    snapshot has none of them), nothing else."""
+    if not isinstance(v, dict) or not set(keys) <= set(v) <= {*keys, *optional}:
         raise ValueError(f"{what} is not an object of {', '.join(keys)}")
     return v
+
+
+def _weight(v: Any, what: str) -> float | None:
+    if v is None:
+        return None
+    if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= MAX_GPUS:
+        raise ValueError(f"{what} is not null or a number from 0 to {MAX_GPUS}")
+    return float(v)
 
 
 def _window(v: Any, what: str) -> tuple[float, float]:
@@ -177,13 +212,14 @@ def parse_snapshot(data: Any) -> Snapshot:
     for i, q in enumerate(_list(top["limits"], "limits", MAX_QUEUES)):
         at = f"limits[{i}]"
         q = _fields(q, at, ("name", "nominal", "cohort", "borrowingLimit", "lendingLimit",
-                            "strict"))  # fmt: skip
+                            "strict"), optional=("fairWeight",))  # fmt: skip
         cohort = None if q["cohort"] is None else _name(q["cohort"], f"{at}.cohort")
         limits.append(QueueLimits(
             _name(q["name"], f"{at}.name"), _int(q["nominal"], f"{at}.nominal"), cohort,
             _int(q["borrowingLimit"], f"{at}.borrowingLimit", optional=True),
             _int(q["lendingLimit"], f"{at}.lendingLimit", optional=True),
             _bool(q["strict"], f"{at}.strict"),
+            _weight(q.get("fairWeight"), f"{at}.fairWeight"),
         ))  # fmt: skip
     jobs: dict[str, list[Any]] = {}
     for part, window in (("holding", "release"), ("waiting", "runsFor")):

@@ -87,6 +87,26 @@ def test_jobs_that_need_no_borrowing_go_first_then_the_oldest() -> None:
     }
 
 
+def test_with_fair_sharing_the_borrower_whose_share_stays_lowest_goes_first() -> None:
+    """Kueue's fair sharing ranks borrowers by their queue's share once admitted (GPUs
+    borrowed per thousand lendable in the cohort, over its weight), not by age: at 10, w1
+    would take a's borrowing to 4 of the cohort's 8 (500), w2 b's to 2 (250). Without fair
+    sharing (no weight) the older w1 goes first; with b's weight a quarter of a's, w1."""
+    held = [Holding("x", "a", 2, release=(100.0, 100.0)), Holding("y", "b", 4, (10.0, 10.0))]
+    waiting = [Waiting("w1", "a", 6, (50.0, 50.0)), Waiting("w2", "b", 6, (50.0, 50.0))]
+
+    def pool(wa: float | None, wb: float | None) -> list[QueueLimits]:
+        return [QueueLimits("a", 4, "c", fair_weight=wa), QueueLimits("b", 4, "c", fair_weight=wb)]
+
+    fair = estimate(0.0, pool(1.0, 1.0), held, waiting, reclaim=False)
+    assert starts(fair) == {"w1": (60.0, 60.0), "w2": (10.0, 10.0)}  # w1 once w2 ends
+    assert starts(estimate(0.0, pool(None, None), held, waiting, reclaim=False)) == {
+        "w1": (10.0, 10.0), "w2": (60.0, 60.0),
+    }  # fmt: skip
+    light = estimate(0.0, pool(1.0, 0.25), held, waiting, reclaim=False)  # 500 vs 1000
+    assert starts(light) == {"w1": (10.0, 10.0), "w2": (60.0, 60.0)}
+
+
 def test_the_machine_bounds_the_local_queues() -> None:
     pool = [QueueLimits("a", 8), QueueLimits("b", 8)]
     held = [Holding("r", "a", 6, release=(40.0, 70.0))]
