@@ -74,6 +74,16 @@ def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def said(hub: Any, job_id: str) -> str:
+    """The job's events and its ranks' log tails as the run store has them (the hub's
+    directory is gone after the test): for the message of a failed assertion."""
+    files = [
+        *hub.run_root.glob(f"[!.]*/{job_id}/events.jsonl"),
+        *hub.run_root.glob(f"[!.]*/{job_id}/data/logs/*.log"),
+    ]  # not the index's links
+    return "\n".join(f"{f.name}: {f.read_text(errors='replace')[-2000:]}" for f in sorted(files))
+
+
 def finish(hub: Any, token: str, job_id: str) -> str:
     """Wait for the job to finish; its final state."""
 
@@ -355,7 +365,8 @@ def test_resume_from_a_job_the_caller_may_not_read_is_404(
             {"spec": job_spec(queue="queue-b", resumeFrom={"job": jobs["bob"], "step": 0})},
         )
         assert r.status_code == 201, r.text
-        assert finish(real_hub, tokens[who], r.json()["id"]) == "SUCCEEDED"
+        job_id = r.json()["id"]
+        assert finish(real_hub, tokens[who], job_id) == "SUCCEEDED", said(real_hub, job_id)
 
 
 def test_unreadable_jobs_and_ledger_rows_are_skipped(
@@ -398,7 +409,8 @@ def test_unreadable_jobs_and_ledger_rows_are_skipped(
     # the feed goes on for everything else
     r = post(real_hub, tokens["alice"], {"spec": job_spec("after")})
     assert r.status_code == 201
-    assert finish(real_hub, tokens["alice"], r.json()["id"]) == "SUCCEEDED"
+    job_id = r.json()["id"]
+    assert finish(real_hub, tokens["alice"], job_id) == "SUCCEEDED", said(real_hub, job_id)
     real_hub.until(
         lambda: (
             real_hub.call("GET", "jobs", tokens["alice"]).json()["jobs"][0]["state"] == "SUCCEEDED"
