@@ -1,5 +1,5 @@
 """How long a cell's earlier runs held their GPUs: what a running job's release is timed by
-when it declares no pace (:func:`aviflow.estimate.release_window`'s ``history``).
+when it declares no pace (:func:`aviflow.windows.release_window`'s ``history``).
 
 A job submitted from a notebook cell records where it came from in its meta (``origin``,
 the client's claim: the ``notebook``'s path and the ``cell_id``). The same user's earlier
@@ -19,7 +19,7 @@ no cell id costs the read of its own meta, once.
 
 For waiting jobs with no such runs, :meth:`CellHistory.shares` gives the part of their time
 limit that the pool's newest :data:`SHARES` successful runs with one held their GPUs
-(:func:`aviflow.estimate.run_window`): counted again at most every :data:`RECHECK` seconds,
+(:func:`aviflow.windows.run_window`): counted again at most every :data:`RECHECK` seconds,
 over the same listing, each job's time limit read once and a finished run's outcome once.
 
 The ``user`` and the events are the platform's; ``origin`` is the client's: its values are

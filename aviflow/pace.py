@@ -7,7 +7,7 @@ it goes. :class:`PaceCache` reads each running job's ``metrics.jsonl`` as it gro
 it sees for the first time, or one that grew by more than :data:`TAIL` bytes since, from its
 last :data:`TAIL` bytes only: a pace needs two rows, not the history) and keeps, for the
 job's current attempt, its first and last rows seen and the total last declared. The
-estimates (:func:`aviflow.estimate.release_window`) turn that into when the job releases its
+estimates (:func:`aviflow.windows.release_window`) turn that into when the job releases its
 GPUs: the steps left at that pace.
 
 Everything here comes from the job, so it is untrusted: a row is used only when its
@@ -29,11 +29,11 @@ from typing import Any
 
 from aviflow.attempts import held_seconds
 from aviflow.errors import UnsafeJobFile
-from aviflow.estimate import release_window
 from aviflow.records import Event, EventType
 from aviflow.store import RunDir
 from aviflow.store._data import metric_row
 from aviflow.store._files import open_beneath, read_records
+from aviflow.windows import release_window
 
 TOTAL_KEY = "total_steps"
 TAIL = 256 << 10  # bytes of a metrics file read at most per look
@@ -53,7 +53,7 @@ class Pace:
 
     def progress(self) -> tuple[int, int, float] | None:
         """``(steps done, steps in all, seconds)`` counted from the first row seen, as
-        :func:`~aviflow.estimate.release_window` takes it; None without a declared total
+        :func:`~aviflow.windows.release_window` takes it; None without a declared total
         ahead of the last step, or without two rows apart in steps and time.
 
         >>> Pace(1, (10, 100.0), (30, 120.0), 110).progress()
@@ -142,7 +142,7 @@ class PaceCache:
         history: Sequence[float] = (),
     ) -> tuple[tuple[float, float], str]:
         """When the job holding GPUs with ``events`` releases them, and why
-        (:func:`~aviflow.estimate.release_window`): by its pace where its current attempt
+        (:func:`~aviflow.windows.release_window`): by its pace where its current attempt
         logged one, else by ``history`` (the seconds its cell's earlier runs held their
         GPUs: :class:`aviflow.history.CellHistory`), else by its time limit (what it has
         left of it)."""

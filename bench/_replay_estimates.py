@@ -9,8 +9,8 @@ a step a second toward their hold: :class:`aviflow.pace.Pace`), before that by t
 limit (:func:`_replay_trace.time_limit`); the waiting ones in their queue's order, each
 holding its GPUs once started for the part of its time limit the newest finished jobs held
 (by submission, as the controller's :meth:`aviflow.history.CellHistory.shares` counts the
-store's), else up to its time limit (the trace's jobs have no earlier runs of a cell). ``knows`` replaces the waiting jobs' run windows (``"queued"``), the running
-jobs' releases (``"running"``) or both (``"all"``) with each job's true remaining hold,
+store's), else up to its time limit (the trace's jobs have no earlier runs of a cell).
+``knows`` replaces the waiting jobs' run windows (``"queued"``), the running jobs' releases (``"running"``) or both (``"all"``) with each job's true remaining hold,
 which no forecast has: with both, what is left of the error comes from the queue rules
 the estimator does not model (fair sharing's order, reclaim) and from jobs submitted
 later; each alone says how much of the error the other part of the forecast carries. The
@@ -26,9 +26,10 @@ from _replay_model import ModelJob, ReplayJob, simulate
 from _replay_stats import Sample, estimate_errors, percentile
 from _replay_trace import time_limit
 
-from aviflow.estimate import Holding, QueueLimits, Waiting, estimate, release_window, run_window
+from aviflow.estimate import Holding, QueueLimits, Waiting, estimate
 from aviflow.history import SHARES
 from aviflow.pace import Pace
+from aviflow.windows import release_window, run_window
 
 COHORT = "pool"
 Knows = Literal["nothing", "queued", "running", "all"]

@@ -7,7 +7,7 @@ cell held theirs (:mod:`aviflow.history`), else by its ``timeLimit`` (what it ha
 over all its attempts), or at an unknown time without any; a waiting job holds them, once
 started, as long as its cell's earlier successful runs did, else for the part of its
 ``timeLimit`` the store's recent successful runs held, else for up to its own ``timeLimit``
-(:func:`~aviflow.estimate.run_window`). Queues admit strictly in order, and the next job a queue allows
+(:func:`~aviflow.windows.run_window`). Queues admit strictly in order, and the next job a queue allows
 waits for room on the machine, holding back every later one (:mod:`._admission`).
 """
 
@@ -24,12 +24,12 @@ from aviflow.estimate import (
     Waiting,
     WaitNumbers,
     estimate,
-    run_window,
     wait_numbers,
 )
 from aviflow.history import CellHistory
 from aviflow.pace import PaceCache
 from aviflow.store import EventsCache, RunDir, RunStore
+from aviflow.windows import run_window
 
 ASSUMED = (
     "running jobs end at the pace of the steps they logged toward a declared total, else "
@@ -64,7 +64,7 @@ def _runs_for(
 ) -> tuple[float, float]:
     """How long the waiting job will hold its slots: its cell's earlier runs, else the part
     of its time limit recent runs held (``shares``), else its time limit
-    (:func:`~aviflow.estimate.run_window`)."""
+    (:func:`~aviflow.windows.run_window`)."""
     try:
         limit = run.spec().spec.time_limit_seconds
     except (AviflowError, OSError, ValueError):

@@ -20,6 +20,9 @@ sharing on; then the queue's weight (``spec.fairSharing.weight``, default 1) ord
 >>> cq["spec"]["fairSharing"] = {"weight": "500m"}
 >>> queue_limits(cq, "nvidia.com/gpu").fair_weight
 0.5
+>>> cq["spec"]["fairSharing"] = {"weight": "2G"}  # at most what a snapshot holds
+>>> queue_limits(cq, "nvidia.com/gpu").fair_weight == MAX_GPUS
+True
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ def _fair_weight(cq: Mapping[str, Any]) -> float | None:
     if not (cq.get("status") or {}).get("fairSharing"):
         return None
     weight = ((cq.get("spec") or {}).get("fairSharing") or {}).get("weight")
-    try:
-        return 1.0 if weight is None else max(0.0, parse_quantity(weight))
+    try:  # bounded as the pool snapshot reads it back (a larger one would refuse it all)
+        return 1.0 if weight is None else min(float(MAX_GPUS), max(0.0, parse_quantity(weight)))
     except (TypeError, ValueError):
         return 1.0  # Kueue validated it; one it cannot be read as counts as the default
 

@@ -8,7 +8,7 @@ when each releases them, by the pace of the steps it logged toward a declared to
 :mod:`aviflow.pace`, else after as long as the user's earlier successful runs of its cell
 held theirs, :mod:`aviflow.history`, else by its time limit) and the queued ones in Kueue's order (its
 visibility API, as the queue positions; each holding its GPUs, once started, as
-:func:`~aviflow.estimate.run_window` says), and replays admission forward
+:func:`~aviflow.windows.run_window` says), and replays admission forward
 (:mod:`aviflow.estimate`). Admission itself takes time (Kueue's cycle, a reclaim's
 preemption): the forecast measures, for the jobs it told "fits now", how long they then
 waited, and puts the latest start of a job that fits at once that far off: the 90th
@@ -40,7 +40,6 @@ from aviflow.estimate import (
     Waiting,
     WaitNumbers,
     estimate,
-    run_window,
     wait_numbers,
 )
 from aviflow.history import CellHistory
@@ -51,6 +50,7 @@ from aviflow.pace import PaceCache, current_start
 from aviflow.records import Event
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, atomic_write
+from aviflow.windows import run_window
 
 if TYPE_CHECKING:
     from aviflow.operator._controller import Controller

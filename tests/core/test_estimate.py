@@ -10,9 +10,9 @@ from aviflow.estimate import (
     Waiting,
     cohort_lendable,
     estimate,
-    release_window,
     wait_numbers,
 )
+from aviflow.windows import release_window
 
 
 def starts(est: dict[str, Estimate]) -> dict[str, tuple[float | None, float | None]]:

@@ -77,11 +77,11 @@ def jobs(real_hub: Any, tokens: dict[str, str]) -> dict[str, str]:
 def said(hub: Any, job_id: str) -> str:
     """The job's events and its ranks' log tails as the run store has them (the hub's
     directory is gone after the test): for the message of a failed assertion."""
-    files = [
-        *hub.run_root.glob(f"[!.]*/{job_id}/events.jsonl"),
-        *hub.run_root.glob(f"[!.]*/{job_id}/data/logs/*.log"),
-    ]  # not the index's links
-    return "\n".join(f"{f.name}: {f.read_text(errors='replace')[-2000:]}" for f in sorted(files))
+    run = RunStore(hub.run_root).get(job_id)
+    files = [run.events_path, *sorted(run.logs_dir.glob("*.log"))]
+    return "\n".join(
+        f"{f.name}: {f.read_text(errors='replace')[-2000:]}" for f in files if f.is_file()
+    )
 
 
 def finish(hub: Any, token: str, job_id: str) -> str:
