@@ -15,7 +15,10 @@ beyond its team's quota -- and bob's client submits a job every second or so mea
 Afterwards: every job has the events it would have had; the ledger holds each job once, in
 its final state, and its attempt rows are exactly a recount from the run store's events
 (every GPU-second attributed, none twice); a submission the client saw answered made one job,
-one whose answer was lost made one or none.
+one whose answer was lost made one or none. One cut off between its directory and its
+TrainJob (aviflow-api killed with the request in its hands, the client's tries all spent
+while it was down) stays pending until the controller's grace period; the controller's sweep,
+run as at that time, fails it ("the submission did not complete").
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from aviflow.attempts import attempts_from_events, job_info
 from aviflow.backends.hub import HubBackend
 from aviflow.errors import AviflowError
 from aviflow.job import Job
+from aviflow.operator._orphans import SUBMISSION_GRACE
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
 from aviflow_hub.config import load_config
@@ -57,6 +61,7 @@ E = EventType
 ONCE = [E.QUEUED, E.STARTING, E.RUNNING]
 DYING = Path(__file__).with_name("aviflow_dying_ingest.py")
 SLOW = {"TINY_STEP_SLEEP": "0.3", "TINY_CKPT_EVERY": "10"}
+STRANDED = "the submission did not complete: its TrainJob was never created (none named "
 
 
 class _Api:
@@ -241,9 +246,19 @@ def test_killing_aviflow_api_and_the_hub_mid_flight_loses_and_duplicates_nothing
 
         for name, job in jobs.items():
             assert job.wait(timeout=300) is JobState.SUCCEEDED, (name, _said(jobs))
+        # a submission cut off between its directory and its TrainJob (aviflow-api killed,
+        # or killing itself, with bob's request in its hands; the client gave up) stays
+        # pending until the controller's grace period: its sweep, as one would then, fails it
+        stranded = pool.controller.submissions.sweep(time.time() + SUBMISSION_GRACE)
         every = {j: Job(j, pool.backend) for j in pool.backend.list_ids()}
         for job in every.values():
-            assert job.wait(timeout=120) is JobState.SUCCEEDED, (job.id, job.events())
+            if job.id in stranded:
+                assert job.spec.metadata.name in submitter.errors, (job.id, submitter.said)
+                status = job.status_record()
+                assert status.state is JobState.FAILED, (job.id, status)
+                assert status.message.startswith(STRANDED), (job.id, status)
+            else:
+                assert job.wait(timeout=120) is JobState.SUCCEEDED, (job.id, job.events())
         assert api_proc.proc is not None and api_proc.proc.poll() is None, api_proc.logs()
         # the ledger follows (aviflow-api reads the change feed every second)
         ended = {j.id: j.status for j in every.values()}
