@@ -5,11 +5,13 @@ that comes from the run times it cannot know.
 As each job arrives in :func:`_replay_model.simulate` and cannot start at once, the pool is
 handed to :func:`aviflow.estimate.estimate` as the controller's forecast builds it: the
 running jobs' releases by their pace once they have logged two rows (the replay's pods log
-a step a second toward their hold: :class:`aviflow.pace.Pace`), before that by their time
-limit (:func:`_replay_trace.time_limit`); the waiting ones in their queue's order, each
-holding its GPUs once started for the part of its time limit the newest finished jobs held
-(by submission, as the controller's :meth:`aviflow.history.CellHistory.shares` counts the
-store's), else up to its time limit (the trace's jobs have no earlier runs of a cell).
+a step a second toward their hold, the first once half the attempt's start-up and release
+``overhead`` has passed, the other half after the last step: :class:`aviflow.pace.Pace`),
+before that by their time limit (:func:`_replay_trace.time_limit`); the waiting ones in their
+queue's order, each holding its GPUs once started for the part of its time limit the newest
+ended jobs held (by submission, every job that ended so far, their admitted time with each
+attempt's overhead, as the controller's :meth:`aviflow.history.CellHistory.shares` counts
+the store's), else up to its time limit (the trace's jobs have no earlier runs of a cell).
 ``knows`` replaces the waiting jobs' run windows (``"queued"``), the running jobs' releases (``"running"``) or both (``"all"``) with each job's true remaining hold,
 which no forecast has: with both, what is left of the error comes from the queue rules
 the estimator does not model (fair sharing's order, reclaim) and from jobs submitted
@@ -35,24 +37,31 @@ COHORT = "pool"
 Knows = Literal["nothing", "queued", "running", "all"]
 
 
-def _release(now: float, r: ModelJob, knows: bool) -> tuple[float, float]:
+def _release(now: float, r: ModelJob, knows: bool, overhead: float) -> tuple[float, float]:
     """When running job ``r`` releases its GPUs, as the forecast sees it at ``now`` (its
-    true end, ``knows``)."""
+    true end, ``knows``). Its attempt's ``overhead`` is half start-up (its pods log their
+    first row that long after admission, then one a second) and half release (after its
+    last step): what a pace cannot see."""
     assert r.started is not None
     if knows:
         end = r.started + r.hold
         return end, end
     limit = float(time_limit(r.job.hold))
     done_before = r.job.hold - r.left  # steps checkpointed by earlier attempts
-    rows = int(now - r.started)  # a row a second from admission, the first at once
-    pace = Pace(
-        r.attempt,
-        (int(done_before), r.started),
-        (int(done_before + rows), r.started + rows),
-        r.job.hold,
+    first = r.started + overhead / 2  # its first row
+    rows = int(now - first) if now >= first else -1  # rows after the first
+    pace = (
+        Pace(
+            r.attempt,
+            (int(done_before), first),
+            (int(done_before + rows), first + rows),
+            r.job.hold,
+        ).progress()
+        if rows >= 0
+        else None
     )
     window, _ = release_window(
-        now, r.started, time_limit=limit, progress=pace.progress(), logged_at=r.started + rows
+        now, r.started, time_limit=limit, progress=pace, logged_at=first + max(0, rows)
     )
     return window
 
@@ -72,24 +81,20 @@ def samples(
         for t, q in team_quotas.items()
     ]  # the shared pool has Kueue's fair sharing on, as the replay configures it
     taken: list[tuple[float, float, float | None, ModelJob]] = []
-    seen: dict[str, ModelJob] = {}  # jobs seen running: finished once neither running nor waiting
-    ended: list[tuple[float, float]] = []  # (submitted, share of its limit held), finished jobs
 
     def watch(
         now: float,
         job: ModelJob,
         running: Mapping[str, ModelJob],
         waiting: Mapping[str, list[ModelJob]],
+        ended: Sequence[ModelJob],
     ) -> None:
-        waits = {w.job.name for q in waiting.values() for w in q}
-        for name, r in list(seen.items()):
-            if name not in running and name not in waits:
-                ended.append((r.job.submit, r.job.hold / time_limit(r.job.hold)))
-                del seen[name]
-        seen.update(running)
-        shares = [share for _, share in sorted(ended)[-SHARES:]]
+        newest = sorted(ended, key=lambda r: (r.job.submit, r.job.name))[-SHARES:]
+        shares = [  # admitted time over the limit, start-up and release included, as counted
+            (r.job.hold + overhead * r.attempt) / time_limit(r.job.hold) for r in newest
+        ]  # by the controller's CellHistory.shares from the store's newest jobs
         holding = [
-            Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_running))
+            Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_running, overhead))
             for r in running.values()
         ]
         ordered = sorted(

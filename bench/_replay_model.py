@@ -76,9 +76,13 @@ class ModelJob:
     hold: float = 0.0  # the running attempt's hold, overhead included
 
 
-Watch = Callable[[float, ModelJob, Mapping[str, ModelJob], Mapping[str, list[ModelJob]]], None]
+Watch = Callable[
+    [float, ModelJob, Mapping[str, ModelJob], Mapping[str, list[ModelJob]], Sequence[ModelJob]],
+    None,
+]
 """Called as a job arrives that cannot start at once: the time, the job, the jobs running
-(by name) and each team's waiting jobs in their order (the model's state: read, not kept)."""
+(by name), each team's waiting jobs in their order and the jobs ended so far, in the order
+they ended (the model's state: read, not kept)."""
 
 
 def simulate(
@@ -96,6 +100,7 @@ def simulate(
     waiting: dict[str, list[ModelJob]] = {t: [] for t in team_quotas}
     running: dict[str, ModelJob] = {}
     ends: list[tuple[float, int, str]] = []  # (time, attempt, name): lazily dropped if stale
+    ended: list[ModelJob] = []
     used = dict.fromkeys(team_quotas, 0)
     pool = sum(team_quotas.values())
     order = {j.name: i for i, j in enumerate(arrivals)}
@@ -177,6 +182,7 @@ def simulate(
             if name in running and s.attempt == attempt:
                 s.left = 0.0
                 stop(s, preempted=False)
+                ended.append(s)
         else:
             s = state[arrivals[i].name]
             s.queued_at = now
@@ -186,7 +192,7 @@ def simulate(
         while (s := next_fit()) is not None:  # each start changes the teams' shares
             start(s)
         if watch is not None and arrived is not None and arrived.started is None:
-            watch(now, arrived, running, waiting)
+            watch(now, arrived, running, waiting, ended)
     return {name: s.waited for name, s in state.items()}
 
 
