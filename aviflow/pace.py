@@ -140,12 +140,14 @@ class PaceCache:
         time_limit: float | None,
         now: float,
         history: Sequence[float] = (),
+        shares: Sequence[float] = (),
     ) -> tuple[tuple[float, float], str]:
         """When the job holding GPUs with ``events`` releases them, and why
         (:func:`~aviflow.windows.release_window`): by its pace where its current attempt
         logged one, else by ``history`` (the seconds its cell's earlier runs held their
-        GPUs: :class:`aviflow.history.CellHistory`), else by its time limit (what it has
-        left of it)."""
+        GPUs: :class:`aviflow.history.CellHistory`), else by the part of its time limit the
+        pool's recent runs held (``shares``: :meth:`aviflow.history.CellHistory.shares`),
+        else by its time limit (what it has left of it)."""
         held = held_seconds(events, now)
         start = current_start(events)
         pace = self.of(run, start.attempt, start.time, now) if start is not None else None
@@ -153,6 +155,7 @@ class PaceCache:
         return release_window(
             now, now - held, time_limit=time_limit, progress=progress,
             logged_at=pace.last[1] if pace is not None else None, history=history,
+            shares=shares,
         )  # fmt: skip
 
     def of(self, run: RunDir, attempt: int, admitted: float, now: float) -> Pace | None:

@@ -41,10 +41,16 @@ def run_window(
     if history:
         return min(min(history), cap), min(max(history), cap)
     if time_limit is not None and len(shares) >= SHARES_NEEDED:
-        found = sorted(min(1.0, max(0.0, s)) for s in shares)
-        low, high = (found[round(q * (len(found) - 1))] for q in SHARE_RANGE)
+        low, high = _spread(shares)
         return low * cap, high * cap
     return 0.0, cap
+
+
+def _spread(shares: Sequence[float]) -> tuple[float, float]:
+    """The :data:`SHARE_RANGE` quantiles of ``shares``, each taken within 0..1."""
+    found = sorted(min(1.0, max(0.0, s)) for s in shares)
+    low, high = (found[round(q * (len(found) - 1))] for q in SHARE_RANGE)
+    return low, high
 
 
 def release_window(
@@ -55,6 +61,7 @@ def release_window(
     progress: tuple[int, int, float] | None = None,
     logged_at: float | None = None,
     history: Sequence[float] = (),
+    shares: Sequence[float] = (),
 ) -> tuple[tuple[float, float], str]:
     """When a job that started at ``started`` releases its GPUs: ``(earliest, latest)`` in
     absolute seconds, and what that rests on. Its sources, best first:
@@ -64,6 +71,10 @@ def release_window(
       ``logged_at`` (when the last of those steps was logged; default ``now``);
     - ``history``: how long the user's earlier runs of the same cell held their GPUs: between
       the shortest and the longest of them from its start;
+    - ``shares`` with ``time_limit``: the part of their time limits the pool's recent
+      successful runs held (as :func:`run_window` takes them), of those that held theirs at
+      least as long as this one has held its own so far, once :data:`SHARES_NEEDED` are
+      left: between their 10th and 90th percentiles of its limit from its start;
     - ``time_limit`` (seconds): it ends by ``started + time_limit`` at the latest, and caps the
       others; alone, it may end at any moment before.
 
@@ -77,6 +88,14 @@ def release_window(
     ((300.0, 500.0), 'its cell ran 300s to 500s before (2 runs)')
     >>> release_window(100.0, 0.0)
     ((100.0, inf), 'no time limit, no progress, no earlier run')
+    >>> window, why = release_window(100.0, 0.0, time_limit=600.0,
+    ...                              shares=[0.1, 0.5, 0.25, 1.0, 0.75])
+    >>> window
+    (150.0, 600.0)
+    >>> print(why)
+    the pool's recent runs that held this long held 25% to 100% of their limits (4 runs)
+    >>> release_window(500.0, 0.0, time_limit=600.0, shares=[0.1, 0.5, 0.25, 1.0, 0.75])
+    ((500.0, 600.0), 'its time limit, 600s')
     """
     cap = started + time_limit if time_limit is not None else UNKNOWN
     if progress is not None and 0 < progress[0] < progress[1] and progress[2] > 0:
@@ -88,6 +107,16 @@ def release_window(
     elif history:
         low, high = started + min(history), started + max(history)
         why = f"its cell ran {min(history):g}s to {max(history):g}s before ({len(history)} runs)"
+    elif (
+        time_limit is not None
+        and len(alive := [s for s in shares if s * time_limit >= now - started]) >= SHARES_NEEDED
+    ):
+        low_share, high_share = _spread(alive)
+        low, high = started + low_share * time_limit, started + high_share * time_limit
+        why = (
+            f"the pool's recent runs that held this long held {low_share:.0%} to "
+            f"{high_share:.0%} of their limits ({len(alive)} runs)"
+        )
     elif time_limit is not None:
         return (now, max(now, cap)), f"its time limit, {time_limit:g}s"
     else:

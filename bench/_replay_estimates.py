@@ -37,11 +37,14 @@ COHORT = "pool"
 Knows = Literal["nothing", "queued", "running", "all"]
 
 
-def _release(now: float, r: ModelJob, knows: bool, overhead: float) -> tuple[float, float]:
+def _release(
+    now: float, r: ModelJob, knows: bool, overhead: float, shares: Sequence[float]
+) -> tuple[float, float]:
     """When running job ``r`` releases its GPUs, as the forecast sees it at ``now`` (its
-    true end, ``knows``). Its attempt's ``overhead`` is half start-up (its pods log their
-    first row that long after admission, then one a second) and half release (after its
-    last step): what a pace cannot see."""
+    true end, ``knows``; before its pace shows, by the ``shares`` of their limits the newest
+    ended jobs held). Its attempt's ``overhead`` is half start-up (its pods log their first
+    row that long after admission, then one a second) and half release (after its last
+    step): what a pace cannot see."""
     assert r.started is not None
     if knows:
         end = r.started + r.hold
@@ -61,8 +64,9 @@ def _release(now: float, r: ModelJob, knows: bool, overhead: float) -> tuple[flo
         else None
     )
     window, _ = release_window(
-        now, r.started, time_limit=limit, progress=pace, logged_at=first + max(0, rows)
-    )
+        now, r.started, time_limit=limit, progress=pace, logged_at=first + max(0, rows),
+        shares=shares,
+    )  # fmt: skip
     return window
 
 
@@ -94,7 +98,12 @@ def samples(
             (r.job.hold + overhead * r.attempt) / time_limit(r.job.hold) for r in newest
         ]  # by the controller's CellHistory.shares from the store's newest jobs
         holding = [
-            Holding(r.job.name, r.job.team, r.job.gpus, _release(now, r, knows_running, overhead))
+            Holding(
+                r.job.name,
+                r.job.team,
+                r.job.gpus,
+                _release(now, r, knows_running, overhead, shares),
+            )
             for r in running.values()
         ]
         ordered = sorted(

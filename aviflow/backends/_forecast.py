@@ -3,8 +3,9 @@ pool, read from the run store.
 
 A started job releases its slots at the pace of the steps it logged toward a declared
 total (:mod:`aviflow.pace`), else after as long as the user's earlier successful runs of its
-cell held theirs (:mod:`aviflow.history`), else by its ``timeLimit`` (what it has left of it,
-over all its attempts), or at an unknown time without any; a waiting job holds them, once
+cell held theirs (:mod:`aviflow.history`), else for the part of its ``timeLimit`` the
+store's recent successful runs that held theirs as long held, else by its ``timeLimit``
+(what it has left of it, over all its attempts), or at an unknown time without any; a waiting job holds them, once
 started, as long as its cell's earlier successful runs did, else for the part of its
 ``timeLimit`` the store's recent successful runs held, else for up to its own ``timeLimit``
 (:func:`~aviflow.windows.run_window`). Queues admit strictly in order, and the next job a queue allows
@@ -33,8 +34,9 @@ from aviflow.windows import run_window
 
 ASSUMED = (
     "running jobs end at the pace of the steps they logged toward a declared total, else "
-    "after as long as their cell's earlier successful runs took, else by their time limit; "
-    "those with none of these at an unknown time",
+    "after as long as their cell's earlier successful runs took, else for the part of their "
+    "time limit the store's recent successful runs that held theirs as long held (10th to "
+    "90th percentile), else by their time limit; those with none of these at an unknown time",
     "waiting jobs, once started, hold their slots as long as their cell's earlier successful "
     "runs did, else for the part of their time limit the store's recent successful runs held "
     "(10th to 90th percentile), else up to their time limit",
@@ -48,12 +50,14 @@ def _holding(
     events: EventsCache,
     paces: PaceCache,
     history: CellHistory,
+    shares: Sequence[float],
 ) -> Holding | None:
     try:
         run = store.get(job_id)
         spec = run.spec().spec
         earlier = history.of(run, now)
-        window, _ = paces.release(run, events.of(run), spec.time_limit_seconds, now, earlier)
+        limit = spec.time_limit_seconds
+        window, _ = paces.release(run, events.of(run), limit, now, earlier, shares)
     except (AviflowError, OSError, ValueError):
         return None  # gone or unreadable meanwhile: it holds nothing we can time
     return Holding(job_id, spec.queue, spec.total_gpus, window)
@@ -93,10 +97,10 @@ def forecast(
     ``history`` their cells' earlier runs (:mod:`aviflow.history`); None reads them afresh."""
     events, paces = events or EventsCache(), paces or PaceCache()
     history = history or CellHistory(store)
-    held = (_holding(store, i, now, events, paces, history) for i in held_ids)
+    shares = history.shares(now, live={*held_ids, *(q.id for q in queued)})
+    held = (_holding(store, i, now, events, paces, history, shares) for i in held_ids)
     holding = [h for h in held if h is not None]
     waiting: list[Waiting] = []
-    shares = history.shares(now, live={*held_ids, *(q.id for q in queued)})
     for q in queued:
         try:
             runs_for = _runs_for(store.get(q.id), history, now, shares)

@@ -6,7 +6,8 @@ GPUs (its TrainJob cache; how long each has held them, from its run directory's 
 the controller's :class:`~aviflow.store.EventsCache` has them: unchanged, not read again;
 when each releases them, by the pace of the steps it logged toward a declared total,
 :mod:`aviflow.pace`, else after as long as the user's earlier successful runs of its cell
-held theirs, :mod:`aviflow.history`, else by its time limit) and the queued ones in Kueue's order (its
+held theirs, :mod:`aviflow.history`, else for the part of its time limit the pool's recent
+runs that held theirs as long held, else by its time limit) and the queued ones in Kueue's order (its
 visibility API, as the queue positions; each holding its GPUs, once started, as
 :func:`~aviflow.windows.run_window` says), and replays admission forward
 (:mod:`aviflow.estimate`). Admission itself takes time (Kueue's cycle, a reclaim's
@@ -29,7 +30,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aviflow.errors import AviflowError
@@ -61,8 +62,9 @@ DELAYS = 50  # the admission delays measured that the forecast keeps
 CQ_TTL = 10.0  # seconds the ClusterQueues and LocalQueues read are reused
 ASSUMED = (
     "running jobs end at the pace of the steps they logged toward a declared total, else "
-    "after as long as their cell's earlier successful runs took, else by their time limit "
-    "(those with none of these at an unknown time); "
+    "after as long as their cell's earlier successful runs took, else for the part of their "
+    "time limit the pool's recent successful runs that held theirs as long held (10th to 90th "
+    "percentile), else by their time limit (those with none of these at an unknown time); "
     "GPUs held by jobs Aviflow does not run end at an unknown time",
     "waiting jobs, once started, hold their GPUs as long as their cell's earlier successful "
     "runs did, else for the part of their time limit the pool's recent successful runs held "
@@ -186,15 +188,17 @@ class PoolForecast:
         return cq
 
     def _held(
-        self, run: RunDir, job: TrainJob, now: float
+        self, run: RunDir, job: TrainJob, now: float, shares: Sequence[float]
     ) -> tuple[tuple[float, float], float | None]:
-        """When the job releases its GPUs, and when its current attempt was admitted."""
+        """When the job releases its GPUs (``shares``: the part of their limits the pool's
+        recent runs held), and when its current attempt was admitted."""
         try:  # what the job's reconciles read already: an unchanged file is not read again
             events: tuple[Event, ...] = self.ctl.events.of(run)
         except (AviflowError, OSError, ValueError):
             events = ()
         earlier = self.history.of(run, now)
-        window, _ = self.paces.release(run, events, job.spec.time_limit_seconds, now, earlier)
+        limit = job.spec.time_limit_seconds
+        window, _ = self.paces.release(run, events, limit, now, earlier, shares)
         start = current_start(events)
         return window, start.time if start is not None else None
 
@@ -226,7 +230,7 @@ class PoolForecast:
                 queues[job.spec.queue] = cq
                 state = (cr.get("status") or {}).get("state") or "QUEUED"
                 if state in ("STARTING", "RUNNING"):
-                    window, admitted = self._held(run, job, now)
+                    window, admitted = self._held(run, job, now, shares)
                     holding.append(Holding(job_id, cq, job.spec.total_gpus, window))
                     if admitted is not None:
                         self.delays.admitted(job_id, admitted)

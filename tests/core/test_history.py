@@ -215,7 +215,7 @@ def test_the_controllers_forecast_times_a_holder_by_its_cells_earlier_runs(
     earlier(store, 500.0)
     run = running(store)
     ctl = SimpleNamespace(events=EventsCache(), store=store)
-    held = PoolForecast(ctl)._held(run, run.spec(), 310.0)  # type: ignore[arg-type]
+    held = PoolForecast(ctl)._held(run, run.spec(), 310.0, ())  # type: ignore[arg-type]
     assert held == ((400.0, 600.0), 100.0)
 
 
@@ -286,3 +286,27 @@ def test_a_waiting_job_of_no_cell_runs_for_the_part_of_its_limit_recent_runs_hel
     mine = few.create(job(), {}, "bob")
     found, _ = forecast(few, [Queued(other.id, "q", 4), Queued(mine.id, "q", 4)], [], {}, 4, 0.0)
     assert (found[mine.id].low, found[mine.id].high) == (0.0, 1800.0)
+
+
+def test_a_running_job_with_no_pace_and_no_cell_ends_as_recent_runs_that_held_as_long(
+    tmp_path: Path,
+) -> None:
+    """Four runs held 1/4, 1/2, 3/4 and all of their hour. A job of no earlier cell run,
+    holding the machine since 100 s with no pace, releases it between their shares' 10th
+    and 90th percentiles of its own hour from its start (1000-3700 s) while three or more of
+    them held theirs as long as it has held its own; at 2000 s only two did (1900 s held):
+    by its time limit alone. Both forecasts say so."""
+    store = RunStore(tmp_path)
+    for held in (900.0, 1800.0, 2700.0, 3600.0):
+        finished(store, held)
+    run = running(store, origin={}, user="dee")
+    waiting = store.create(job(), {}, "bob")
+    for now, window in ((500.0, (1000.0, 3700.0)), (2000.0, (2000.0, 3700.0))):
+        found, _ = forecast(store, [Queued(waiting.id, "q", 4)], [run.id], {}, 4, now)
+        assert (found[waiting.id].low, found[waiting.id].high) == window
+        history = CellHistory(store)
+        shares = history.shares(now, live={run.id, waiting.id})
+        ctl = SimpleNamespace(events=EventsCache(), store=store)
+        held = PoolForecast(ctl)._held(run, run.spec(), now, shares)  # type: ignore[arg-type]
+        assert held == (window, 100.0)
+    assert "recent successful runs that held theirs as long" in found[waiting.id].assumed[0]
