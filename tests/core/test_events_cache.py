@@ -112,6 +112,6 @@ def test_the_controllers_forecast_reads_what_its_reconciles_read(
     run.append_events([Event(E.QUEUED, 0, "", 0.0), Event(E.STARTING, 1, "", 100.0)])
     ctl = SimpleNamespace(events=EventsCache(), store=store)
     ctl.events.of(run)  # the reconcile
-    held = PoolForecast(ctl)._held(run, run.spec(), 1000.0)  # type: ignore[arg-type]
+    held = PoolForecast(ctl)._held(run, run.spec(), 1000.0, ())  # type: ignore[arg-type]
     assert held == ((1000.0, 3700.0), 100.0)
     assert reads == [(run.id, 0)]
