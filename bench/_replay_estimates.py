@@ -12,8 +12,9 @@ queue's order, each holding its GPUs once started for the part of its time limit
 ended jobs held (by submission, every job that ended so far, their admitted time with each
 attempt's overhead, as the controller's :meth:`aviflow.history.CellHistory.shares` counts
 the store's), else up to its time limit (the trace's jobs have no earlier runs of a cell).
-``knows`` replaces the waiting jobs' run windows (``"queued"``), the running jobs' releases (``"running"``) or both (``"all"``) with each job's true remaining hold,
-which no forecast has: with both, what is left of the error comes from the queue rules
+``knows`` replaces the waiting jobs' run windows (``"queued"``), the running jobs'
+releases (``"running"``) or both (``"all"``) with each job's true remaining hold, which no
+forecast has: with both, what is left of the error comes from the queue rules
 the estimator does not model (fair sharing's order, reclaim) and from jobs submitted
 later; each alone says how much of the error the other part of the forecast carries. The
 samples are rated as the replay rates its own (:func:`_replay_stats.estimate_errors`).

@@ -78,10 +78,9 @@ def said(hub: Any, job_id: str) -> str:
     """The job's events and its ranks' log tails as the run store has them (the hub's
     directory is gone after the test): for the message of a failed assertion."""
     run = RunStore(hub.run_root).get(job_id)
-    files = [run.events_path, *sorted(run.logs_dir.glob("*.log"))]
-    return "\n".join(
-        f"{f.name}: {f.read_text(errors='replace')[-2000:]}" for f in files if f.is_file()
-    )
+    events = [f"{e.type.value} {e.attempt} {e.message}" for e in run.events().items]
+    tails = [f"rank {rank}: {run.log_tail(rank, 40)}" for rank in run.ranks()]
+    return "\n".join([*events, *tails])
 
 
 def finish(hub: Any, token: str, job_id: str) -> str:
