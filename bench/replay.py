@@ -49,7 +49,8 @@ Measured from each job's lifecycle events (the run store's; Kueue's admission ti
 whole seconds only): its queue wait (every wait for admission, a preempted job's too),
 its GPU holdings, preemptions and the GPU-hours the preempted attempts had held; and the
 expected start (``status.expectedStart``) read from its TrainJob the first time it is seen
-queued with one, against when its TrainJob was first seen past QUEUED. Printed in trace
+queued with one, against its first admission (its STARTING event, as the controller saw
+Kueue admit it; without one, when its TrainJob was first seen past QUEUED). Printed in trace
 hours: per team and overall mean, p50 and p90 wait, GPU allocation over the busy window
 (first submission to last release; a team's against its nominal quota, so above 100% when
 it borrows), the matching pool size, the estimates' error (median and p90 of |point -
@@ -131,6 +132,7 @@ from aviflow.backends.kubernetes import KubernetesBackend
 from aviflow.bundle import build_bundle
 from aviflow.estimate import Estimate
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.forecast import POOL_FILE
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
 from aviflow.k8s.settings import ClusterSettings
 from aviflow.operator._informer import Informer
@@ -230,11 +232,15 @@ class Result:
 class Watcher:
     """The namespace's TrainJobs (this process's clock): each one's state, its first
     expected start while queued, and when it was first seen past QUEUED (its realised
-    start, to the estimates; Kueue's admission times have whole seconds only)."""
+    start, to the estimates, where its events have no STARTING: that event's time is the
+    admission as the controller saw it, this a status patch later; Kueue's admission
+    times have whole seconds only)."""
 
-    def __init__(self, api: client.ApiClient, ns: str) -> None:
+    def __init__(self, api: client.ApiClient, ns: str, pool: Path | None = None) -> None:
         self.state: dict[str, str] = {}
         self.first: dict[str, tuple[float, Estimate]] = {}
+        self.pool = pool  # the controller's snapshot, kept with each first estimate
+        self.seen: dict[str, Any] = {}
         self.started: dict[str, float] = {}
         self._lock = threading.Lock()
         custom = client.CustomObjectsApi(api)
@@ -254,6 +260,11 @@ class Watcher:
                 est = Estimate.from_dict(status.get("expectedStart"))
                 if est is not None and est.never is None and est.low is not None:
                     self.first[name] = (time.time(), est)
+                    if self.pool is not None:
+                        try:
+                            self.seen[name] = json.loads(self.pool.read_text())
+                        except (OSError, ValueError):
+                            pass
 
     def finished(self, names: list[str]) -> int:
         with self._lock:
@@ -313,7 +324,7 @@ def replay(
     }  # fmt: skip
     (d / "settings.yaml").write_text(yaml.safe_dump(raw))
     backend = KubernetesBackend(ClusterSettings.from_dict(raw), api=api)
-    watcher = Watcher(api, ns)
+    watcher = Watcher(api, ns, runs / POOL_FILE if args.keep else None)
     watcher.informer.start()
     if not watcher.informer.wait_synced(60):
         raise TimeoutError("the TrainJob watcher did not sync")
@@ -372,12 +383,27 @@ def replay(
                 f"  {cfg.name}: {job.name} ({job.nodes} x {job.gpus_per_node} GPUs, hold "
                 f"{job.hold} s, {len(run.preempted)} preemptions) {why}", flush=True,
             )  # fmt: skip
-        first, start = watcher.first.get(job_id), watcher.started.get(job_id)
+        first = watcher.first.get(job_id)
+        start = next(  # its first admission as the controller recorded it (STARTING)
+            (e.time for e in events if e.type.value == "STARTING"), watcher.started.get(job_id)
+        )  # the watcher sees the status that says so later (the controller's patch)
         if first is not None and start is not None:
             at, est = first
             samples.append(Sample(at, est.low or at, est.high, start))
     dump = [[s.at, s.low, s.high, s.started] for s in samples]
     (d / "samples.json").write_text(json.dumps(dump))  # for --keep: at, low, high, started
+    if args.keep:  # the snapshot each first estimate was seen with, each job's events
+        seen = {
+            i: {"team": j.team, "gpus": j.gpus, "hold": j.hold, "first": watcher.first[i][0],
+                "estimate": watcher.first[i][1].to_dict(), "started": watcher.started.get(i),
+                "pool": watcher.seen.get(i)}
+            for i, j in ids.items() if i in watcher.first
+        }  # fmt: skip
+        (d / "snapshots.json").write_text(json.dumps(seen))
+        (d / "events.json").write_text(json.dumps({
+            i: [(e.type.value, e.time) for e in read_pages(store.get(i).events).items]
+            for i in ids
+        }))  # fmt: skip
     return Result(cfg, out, samples, lag, wall, dict(watcher.state))
 
 
