@@ -17,10 +17,11 @@ before it, up to its bound); a job's answer is kept, and looked at again every
 :data:`RECHECK` seconds only while an earlier run of its cell has not finished. A job with
 no cell id costs the read of its own meta, once.
 
-For waiting jobs with no such runs, :meth:`CellHistory.shares` gives the part of their time
-limit that the pool's newest :data:`SHARES` successful runs with one held their GPUs
-(:func:`aviflow.windows.run_window`): counted again at most every :data:`RECHECK` seconds,
-over the same listing, each job's time limit read once and a finished run's outcome once.
+For jobs with no such runs, :meth:`CellHistory.shares` gives the part of their time limit
+that the pool's newest :data:`SHARES` successful runs with one held their GPUs, with that
+limit (:func:`aviflow.windows.run_window` takes those of the runs like the job's): counted
+again at most every :data:`RECHECK` seconds, over the same listing, each job's time limit
+read once and a finished run's outcome once.
 
 The ``user`` and the events are the platform's; ``origin`` is the client's: its values are
 compared as opaque strings of bounded length, never used as paths. A meta or an event log
@@ -40,9 +41,10 @@ from aviflow.errors import AviflowError
 from aviflow.paging import read_pages
 from aviflow.records import ORIGIN_CLAIM, Event, JobMeta, JobState
 from aviflow.store import RunDir, RunStore
+from aviflow.windows import Share
 
 RUNS = 5  # the newest successful earlier runs of a cell counted
-SHARES = 10  # the pool's newest successful runs with a time limit whose shares are counted
+SHARES = 50  # the pool's newest successful runs with a time limit whose shares are counted
 LOOK_BACK = 1000  # the store's newest jobs looked among
 RECHECK = 60.0  # seconds before an answer that waits on an unfinished run is looked at again
 MAX_JOBS = 4096  # answers kept (the least recently asked go first)
@@ -131,7 +133,7 @@ class CellHistory:
         self._ends: OrderedDict[str, float | None] = OrderedDict()  # finished: held if it succeeded
         self._listing: list[str] = []
         self._limits: OrderedDict[str, float | None] = OrderedDict()  # job id -> its limit
-        self._shares: tuple[float, tuple[float, ...]] = (-RECHECK, ())  # when, what
+        self._shares: tuple[float, tuple[Share, ...]] = (-RECHECK, ())  # when, what
 
     def of(self, run: RunDir, now: float) -> tuple[float, ...]:
         """The seconds the newest :data:`RUNS` successful earlier runs of ``run``'s cell held
@@ -148,12 +150,12 @@ class CellHistory:
             _trim(self._answers, self.jobs)
             return answer.history
 
-    def shares(self, now: float, live: Container[str] = ()) -> tuple[float, ...]:
+    def shares(self, now: float, live: Container[str] = ()) -> tuple[Share, ...]:
         """The part of its time limit each of the store's newest :data:`SHARES` successful
-        runs with a time limit held its GPUs (0-1, newest first), among its newest
-        ``look_back`` jobs; counted again at most every :data:`RECHECK` seconds. ``live``:
-        the jobs the caller knows are queued or running (not ended: their logs are not
-        read)."""
+        runs with a time limit held its GPUs (0-1), with that limit in seconds, newest
+        first, among its newest ``look_back`` jobs; counted again at most every
+        :data:`RECHECK` seconds. ``live``: the jobs the caller knows are queued or running
+        (not ended: their logs are not read)."""
         with self._lock:
             at, found = self._shares
             if now - at < RECHECK:
@@ -162,7 +164,7 @@ class CellHistory:
                 self._listing = self.store.ids(newest=self.look_back)
             except (AviflowError, OSError, ValueError):
                 self._listing = []
-            counted: list[float] = []
+            counted: list[Share] = []
             for job_id in reversed(self._listing):
                 if len(counted) == SHARES:
                     break
@@ -173,7 +175,7 @@ class CellHistory:
                     continue
                 held = self._end(job_id)
                 if not isinstance(held, str) and held is not None and held > 0:
-                    counted.append(min(1.0, held / limit))
+                    counted.append((min(1.0, held / limit), limit))
             self._shares = (now, tuple(counted))
             return self._shares[1]
 

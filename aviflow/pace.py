@@ -33,7 +33,7 @@ from aviflow.records import Event, EventType
 from aviflow.store import RunDir
 from aviflow.store._data import metric_row
 from aviflow.store._files import open_beneath, read_records
-from aviflow.windows import release_window
+from aviflow.windows import Share, release_window
 
 TOTAL_KEY = "total_steps"
 TAIL = 256 << 10  # bytes of a metrics file read at most per look
@@ -140,7 +140,7 @@ class PaceCache:
         time_limit: float | None,
         now: float,
         history: Sequence[float] = (),
-        shares: Sequence[float] = (),
+        shares: Sequence[Share] = (),
     ) -> tuple[tuple[float, float], str]:
         """When the job holding GPUs with ``events`` releases them, and why
         (:func:`~aviflow.windows.release_window`): by its pace where its current attempt

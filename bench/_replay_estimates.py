@@ -9,9 +9,11 @@ a step a second toward their hold, the first once half the attempt's start-up an
 ``overhead`` has passed, the other half after the last step: :class:`aviflow.pace.Pace`),
 before that by their time limit (:func:`_replay_trace.time_limit`); the waiting ones in their
 queue's order, each holding its GPUs once started for the part of its time limit the newest
-ended jobs held (by submission, every job that ended so far, their admitted time with each
-attempt's overhead, as the controller's :meth:`aviflow.history.CellHistory.shares` counts
-the store's), else up to its time limit (the trace's jobs have no earlier runs of a cell).
+ended jobs with a limit like its own held (by submission, every job that ended so far, their
+admitted time with each attempt's overhead, as the controller's
+:meth:`aviflow.history.CellHistory.shares` counts the store's, and
+:func:`aviflow.windows.like` picks), else up to its time limit (the trace's jobs have no
+earlier runs of a cell).
 ``knows`` replaces the waiting jobs' run windows (``"queued"``), the running jobs'
 releases (``"running"``) or both (``"all"``) with each job's true remaining hold, which no
 forecast has: with both, what is left of the error comes from the queue rules
@@ -32,14 +34,14 @@ from _replay_trace import time_limit
 from aviflow.estimate import Holding, QueueLimits, Waiting, estimate
 from aviflow.history import SHARES
 from aviflow.pace import Pace
-from aviflow.windows import release_window, run_window
+from aviflow.windows import Share, release_window, run_window
 
 COHORT = "pool"
 Knows = Literal["nothing", "queued", "running", "all"]
 
 
 def _release(
-    now: float, r: ModelJob, knows: bool, overhead: float, shares: Sequence[float]
+    now: float, r: ModelJob, knows: bool, overhead: float, shares: Sequence[Share]
 ) -> tuple[float, float]:
     """When running job ``r`` releases its GPUs, as the forecast sees it at ``now`` (its
     true end, ``knows``; before its pace shows, by the ``shares`` of their limits the newest
@@ -94,10 +96,11 @@ def samples(
         waiting: Mapping[str, list[ModelJob]],
         ended: Sequence[ModelJob],
     ) -> None:
-        newest = sorted(ended, key=lambda r: (r.job.submit, r.job.name))[-SHARES:]
+        newest = sorted(ended, key=lambda r: (r.job.submit, r.job.name))[-SHARES:][::-1]
         shares = [  # admitted time over the limit, start-up and release included, as counted
-            (r.job.hold + overhead * r.attempt) / time_limit(r.job.hold) for r in newest
-        ]  # by the controller's CellHistory.shares from the store's newest jobs
+            ((r.job.hold + overhead * r.attempt) / time_limit(r.job.hold), time_limit(r.job.hold))
+            for r in newest
+        ]  # by the controller's CellHistory.shares from the store's newest jobs, newest first
         holding = [
             Holding(
                 r.job.name,

@@ -30,16 +30,18 @@ from aviflow.estimate import (
 from aviflow.history import CellHistory
 from aviflow.pace import PaceCache
 from aviflow.store import EventsCache, RunDir, RunStore
-from aviflow.windows import run_window
+from aviflow.windows import Share, run_window
 
 ASSUMED = (
     "running jobs end at the pace of the steps they logged toward a declared total, else "
-    "after as long as their cell's earlier successful runs took, else for the part of their "
-    "time limit the store's recent successful runs that held theirs as long held (10th to "
-    "90th percentile), else by their time limit; those with none of these at an unknown time",
+    "after as long as their cell's earlier successful runs took",
+    "running jobs with neither end within the part of their time limit the store's recent "
+    "successful runs with a limit like theirs (half to twice) that held theirs as long held "
+    "(10th to 90th percentile), else by their time limit, else at an unknown time",
     "waiting jobs, once started, hold their slots as long as their cell's earlier successful "
-    "runs did, else for the part of their time limit the store's recent successful runs held "
-    "(10th to 90th percentile), else up to their time limit",
+    "runs did, else for the part of their time limit the store's recent successful runs with "
+    "a limit like theirs (half to twice) held (10th to 90th percentile), else up to their "
+    "time limit",
 )
 
 
@@ -50,7 +52,7 @@ def _holding(
     events: EventsCache,
     paces: PaceCache,
     history: CellHistory,
-    shares: Sequence[float],
+    shares: Sequence[Share],
 ) -> Holding | None:
     try:
         run = store.get(job_id)
@@ -64,7 +66,7 @@ def _holding(
 
 
 def _runs_for(
-    run: RunDir, history: CellHistory, now: float, shares: Sequence[float]
+    run: RunDir, history: CellHistory, now: float, shares: Sequence[Share]
 ) -> tuple[float, float]:
     """How long the waiting job will hold its slots: its cell's earlier runs, else the part
     of its time limit recent runs held (``shares``), else its time limit

@@ -51,7 +51,7 @@ from aviflow.pace import PaceCache, current_start
 from aviflow.records import Event
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir, atomic_write
-from aviflow.windows import run_window
+from aviflow.windows import Share, run_window
 
 if TYPE_CHECKING:
     from aviflow.operator._controller import Controller
@@ -62,13 +62,15 @@ DELAYS = 50  # the admission delays measured that the forecast keeps
 CQ_TTL = 10.0  # seconds the ClusterQueues and LocalQueues read are reused
 ASSUMED = (
     "running jobs end at the pace of the steps they logged toward a declared total, else "
-    "after as long as their cell's earlier successful runs took, else for the part of their "
-    "time limit the pool's recent successful runs that held theirs as long held (10th to 90th "
-    "percentile), else by their time limit (those with none of these at an unknown time); "
+    "after as long as their cell's earlier successful runs took",
+    "running jobs with neither end within the part of their time limit the pool's recent "
+    "successful runs with a limit like theirs (half to twice) that held theirs as long held "
+    "(10th to 90th percentile), else by their time limit, else at an unknown time",
     "GPUs held by jobs Aviflow does not run end at an unknown time",
     "waiting jobs, once started, hold their GPUs as long as their cell's earlier successful "
-    "runs did, else for the part of their time limit the pool's recent successful runs held "
-    "(10th to 90th percentile), else up to their time limit",
+    "runs did, else for the part of their time limit the pool's recent successful runs with "
+    "a limit like theirs (half to twice) held (10th to 90th percentile), else up to their "
+    "time limit",
 )
 Forecast = tuple[Estimate | None, WaitNumbers | None]
 
@@ -188,7 +190,7 @@ class PoolForecast:
         return cq
 
     def _held(
-        self, run: RunDir, job: TrainJob, now: float, shares: Sequence[float]
+        self, run: RunDir, job: TrainJob, now: float, shares: Sequence[Share]
     ) -> tuple[tuple[float, float], float | None]:
         """When the job releases its GPUs (``shares``: the part of their limits the pool's
         recent runs held), and when its current attempt was admitted."""

@@ -62,7 +62,7 @@ def test_a_queued_job_knows_when_it_will_start_and_a_dry_run_too(
     assert record.updated <= est.low <= est.high
     assert record.wait == WaitNumbers("vision", quota=2, holds=2, borrowed=0, lendable=0,
                                       ahead=0, ahead_gpus=0)  # fmt: skip
-    assert "else by their time limit" in est.assumed[0]
+    assert "else by their time limit" in est.assumed[1]
 
     # a dry run: behind both, by the second's time limit after the first's end at the latest
     third = TrainJob.from_dict(_job("third", None, "1m"))

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from aviflow.backends._admission import Waiting as Queued
-from aviflow.backends._forecast import forecast
-from aviflow.history import RECHECK, CellHistory
+from aviflow.backends._forecast import _runs_for, forecast
+from aviflow.history import RECHECK, SHARES, CellHistory
 from aviflow.operator._forecast import PoolForecast
 from aviflow.pace import PaceCache
 from aviflow.records import Event, EventType, MetricRow
@@ -255,12 +255,14 @@ def test_the_pools_newest_successful_runs_say_what_part_of_their_limit_they_held
     finished(store, 7200.0)  # past its limit's hour (a late end): counts as all of it
     store.create(job(), {}, "cy")  # queued: not ended
     history = CellHistory(store)
-    assert history.shares(0.0) == (1.0, 0.25)
-    for held in range(1, 12):
-        finished(store, 360.0 * held)
-    assert history.shares(RECHECK - 1) == (1.0, 0.25)
-    newest = tuple(min(1.0, 360.0 * held / 3600.0) for held in range(11, 1, -1))
-    assert history.shares(RECHECK) == newest  # 1.1 of its hour counts as 1.0; 0.1 is 11th
+    assert history.shares(0.0) == ((1.0, 3600.0), (0.25, 7200.0))
+    for held in range(1, SHARES + 2):
+        finished(store, 36.0 * held)
+    assert history.shares(RECHECK - 1) == ((1.0, 3600.0), (0.25, 7200.0))
+    newest = tuple(
+        (min(1.0, 36.0 * held / 3600.0), 3600.0) for held in range(SHARES + 1, 1, -1)
+    )  # the first of them, the oldest (0.01), is one too many
+    assert history.shares(RECHECK) == newest
 
 
 def test_a_waiting_job_of_no_cell_runs_for_the_part_of_its_limit_recent_runs_held(
@@ -278,7 +280,7 @@ def test_a_waiting_job_of_no_cell_runs_for_the_part_of_its_limit_recent_runs_hel
     found, _ = forecast(store, queued, [], {}, 4, 1000.0)
     assert (found[other.id].low, found[other.id].high) == (1000.0, 1000.0)
     assert (found[mine.id].low, found[mine.id].high) == (1450.0, 2350.0)
-    assert "the part of their time limit" in found[mine.id].assumed[1]
+    assert "the part of their time limit" in found[mine.id].assumed[2]
     few = RunStore(tmp_path / "few")
     for held in (900.0, 1800.0):
         finished(few, held)
@@ -286,6 +288,28 @@ def test_a_waiting_job_of_no_cell_runs_for_the_part_of_its_limit_recent_runs_hel
     mine = few.create(job(), {}, "bob")
     found, _ = forecast(few, [Queued(other.id, "q", 4), Queued(mine.id, "q", 4)], [], {}, 4, 0.0)
     assert (found[mine.id].low, found[mine.id].high) == (0.0, 1800.0)
+
+
+def test_only_runs_with_a_time_limit_like_a_jobs_say_what_part_of_it_the_job_holds(
+    tmp_path: Path,
+) -> None:
+    """Three runs with hour limits held 1/4, 1/2 and 3/4 of them; three with 10-minute
+    limits held all of theirs (short runs spend more of their limits starting). A waiting
+    job with a 2-hour limit (twice an hour) is timed by the hour runs alone (30-90 min), one
+    with a 20-minute limit by the 10-minute runs alone (all 20 min), one with a 3-hour limit
+    (three hours: like none of them) from no time to its limit."""
+    store = RunStore(tmp_path)
+    for held in (900.0, 1800.0, 2700.0):
+        finished(store, held)
+    for _ in range(3):
+        finished(store, 600.0, limit="10m")
+    history = CellHistory(store)
+    shares = history.shares(0.0)
+    assert sorted(shares) == [(0.25, 3600.0), (0.5, 3600.0), (0.75, 3600.0)] + [(1.0, 600.0)] * 3
+    for limit, window in (("2h", (1800.0, 5400.0)), ("20m", (1200.0, 1200.0)),
+                          ("3h", (0.0, 10800.0))):  # fmt: skip
+        waiting = store.create(job(limit), {}, "bob")
+        assert _runs_for(waiting, history, 0.0, shares) == window
 
 
 def test_a_running_job_with_no_pace_and_no_cell_ends_as_recent_runs_that_held_as_long(
@@ -309,4 +333,7 @@ def test_a_running_job_with_no_pace_and_no_cell_ends_as_recent_runs_that_held_as
         ctl = SimpleNamespace(events=EventsCache(), store=store)
         held = PoolForecast(ctl)._held(run, run.spec(), now, shares)  # type: ignore[arg-type]
         assert held == (window, 100.0)
-    assert "recent successful runs that held theirs as long" in found[waiting.id].assumed[0]
+    assert (
+        "a limit like theirs (half to twice) that held theirs as long"
+        in (found[waiting.id].assumed[1])
+    )
