@@ -14,9 +14,11 @@ only predicts it from what the queue reports. The inputs are a snapshot of the p
   that the pool's recent jobs used, else up to its time limit
   (:func:`aviflow.windows.run_window`).
 
-:func:`estimate` replays admission twice from ``now``: once with every job releasing at the
-start of its window (the earliest a job can start) and once at its end (the latest, as long
-as every window ahead has an end). At each release it admits what fits, as Kueue's scheduler
+:func:`estimate` replays admission three times from ``now``: once with every job releasing at
+the start of its window (the earliest a job can start), once at its end (the latest, as long
+as every window ahead has an end) and once at its middle (the expected start, within those
+two: each window's middle is its own best guess, the pace itself, the middle of the
+cell's runs, of the pool's shares). At each release it admits what fits, as Kueue's scheduler
 does: within a queue in its order (``BestEffortFIFO``: a later job that fits may pass a head
 that does not; ``StrictFIFO``: the head blocks), across queues jobs that need no borrowing
 first, then, where Kueue has fair sharing on, the borrower whose queue's share would be
@@ -137,7 +139,8 @@ def _list(v: object) -> bool:
 @dataclass(frozen=True)
 class Estimate:
     """When job ``id`` is expected to start (absolute seconds): between ``low`` and ``high``
-    (``high`` None: no bound, a job ahead has no known end); ``never``: the limit that
+    (``high`` None: no bound, a job ahead has no known end), at ``expected`` (None: no
+    estimate of the point, as a status written before it has); ``never``: the limit that
     forbids it in an empty pool (then ``low`` and ``high`` are None); ``now``: it fits at
     once. ``assumed``: what the estimate takes for granted, for its reader."""
 
@@ -156,6 +159,13 @@ class Estimate:
         default=(), metadata=meta(omit="empty", check=_list, clip=10, item_clip=300)
     )
     now: bool = field(default=False, metadata=meta(omit="empty", doc="It fits at once"))
+    expected: float | None = field(
+        default=None,
+        metadata=meta(
+            omit="none", check=_time,
+            doc="Unix time, the expected start: every job ahead at the middle of its window",
+        ),
+    )  # fmt: skip
 
     def window(self) -> str:
         """The start as absolute UTC times, one word (a ``kubectl get trainjobs`` column,
@@ -295,26 +305,42 @@ def never_reason(
     return None
 
 
+def _point(window: tuple[float, float], at: float) -> float:
+    """The point ``at`` (0-1) of ``window``; :data:`UNKNOWN` past its start where it has no
+    end.
+
+    >>> _point((10.0, 30.0), 0.5), _point((10.0, UNKNOWN), 0.0), _point((10.0, UNKNOWN), 0.5)
+    (20.0, 10.0, inf)
+    """
+    low, high = window
+    if at <= 0:
+        return low
+    if high == UNKNOWN:
+        return UNKNOWN
+    return low + at * (high - low)
+
+
 def _replay(
     now: float,
     limits: Mapping[str, QueueLimits],
     holding: Sequence[Holding],
     waiting: Sequence[Waiting],
     *,
-    late: bool,
+    at: float,
     reclaim: bool,
     capacity: int | None,
     machine_fifo: bool = False,
 ) -> dict[str, float]:
-    """Start times of the waiting jobs when every job releases at the start (``late``:
-    the end) of its window; a job with no start time never starts in this replay.
+    """Start times of the waiting jobs when every job releases at the point ``at`` of its
+    window (0: its start, 1: its end, 0.5: its middle; a window with no end releases at
+    once at 0, never otherwise); a job with no start time never starts in this replay.
     ``machine_fifo``: the next job its queue allows waits for the machine's capacity and
     holds back every later one (the local backend's rule)."""
     pool = _Pool(limits, reclaim, capacity)
     ends: list[tuple[float, str, int]] = []  # (time, queue, gpus) of every release ahead
     for h in holding:
         pool.use[h.queue] = pool.use.get(h.queue, 0) + h.gpus
-        ends.append((max(now, h.release[1] if late else h.release[0]), h.queue, h.gpus))
+        ends.append((max(now, _point(h.release, at)), h.queue, h.gpus))
     left = [w for w in waiting if w.queue in limits and never_reason(w, limits, capacity) is None]
     started: dict[str, float] = {}
     t = now
@@ -341,7 +367,7 @@ def _replay(
             left.remove(w)
             started[w.id] = t
             pool.use[w.queue] = pool.use.get(w.queue, 0) + w.gpus
-            ends.append((t + (w.runs_for[1] if late else w.runs_for[0]), w.queue, w.gpus))
+            ends.append((t + _point(w.runs_for, at), w.queue, w.gpus))
         if not left or not ends or min(ends)[0] == UNKNOWN:
             break
         t = min(ends)[0]
@@ -374,8 +400,9 @@ def estimate(
     """
     by_name = {q.name: q for q in limits}
     kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo}
-    early = _replay(now, by_name, holding, waiting, late=False, **kw)  # type: ignore[arg-type]
-    late = _replay(now, by_name, holding, waiting, late=True, **kw)  # type: ignore[arg-type]
+    early = _replay(now, by_name, holding, waiting, at=0.0, **kw)  # type: ignore[arg-type]
+    late = _replay(now, by_name, holding, waiting, at=1.0, **kw)  # type: ignore[arg-type]
+    middle = _replay(now, by_name, holding, waiting, at=0.5, **kw)  # type: ignore[arg-type]
     notes = (*assumed, *LIMITS)
     out = {}
     for w in waiting:
@@ -390,7 +417,10 @@ def estimate(
         at_once = low == high == now
         if at_once and high is not None:
             high += max(0.0, admission_delay)
-        out[w.id] = Estimate(w.id, low, high, None, notes, now=at_once)
+        expected = middle.get(w.id)
+        if expected is not None and low is not None:  # within the range, as its replays may
+            expected = min(max(expected, low), high if high is not None else expected)  # cross
+        out[w.id] = Estimate(w.id, low, high, None, notes, now=at_once, expected=expected)
     return out
 
 
@@ -487,6 +517,8 @@ def describe(est: Estimate, now: float) -> str:
 
     >>> describe(Estimate("j", 160.0, 700.0), 100.0)
     'expected to start in about 6m (between 1m and 10m from now)'
+    >>> describe(Estimate("j", 160.0, 700.0, expected=400.0), 100.0)
+    'expected to start in about 5m (between 1m and 10m from now)'
     >>> describe(Estimate("j", 100.0, 100.0, now=True), 100.0)
     'fits now'
     >>> describe(Estimate("j", 400.0, None), 100.0)
@@ -503,10 +535,11 @@ def describe(est: Estimate, now: float) -> str:
             "(a job ahead has no time limit)"
         )
     high = max(0.0, est.high - now)
+    point = (low + high) / 2 if est.expected is None else max(0.0, est.expected - now)
     if high - low < 60:
-        return f"expected to start in about {_rough((low + high) / 2)}"
+        return f"expected to start in about {_rough(point)}"
     return (
-        f"expected to start in about {_rough((low + high) / 2)} "
+        f"expected to start in about {_rough(point)} "
         f"(between {_rough(low)} and {_rough(high)} from now)"
     )
 

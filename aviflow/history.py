@@ -38,10 +38,11 @@ from typing import Literal, TypeVar
 
 from aviflow.attempts import finished_at, held_seconds
 from aviflow.errors import AviflowError
+from aviflow.pace import PaceCache, current_start
 from aviflow.paging import read_pages
 from aviflow.records import ORIGIN_CLAIM, Event, JobMeta, JobState
 from aviflow.store import RunDir, RunStore
-from aviflow.windows import Share
+from aviflow.windows import Share, spread
 
 RUNS = 5  # the newest successful earlier runs of a cell counted
 SHARES = 50  # the pool's newest successful runs with a time limit whose shares are counted
@@ -134,6 +135,8 @@ class CellHistory:
         self._listing: list[str] = []
         self._limits: OrderedDict[str, float | None] = OrderedDict()  # job id -> its limit
         self._shares: tuple[float, tuple[Share, ...]] = (-RECHECK, ())  # when, what
+        self._tails: OrderedDict[str, float | None] = OrderedDict()  # job id -> its tail
+        self._tail: tuple[float, float] = (0.0, 0.0)
 
     def of(self, run: RunDir, now: float) -> tuple[float, ...]:
         """The seconds the newest :data:`RUNS` successful earlier runs of ``run``'s cell held
@@ -165,6 +168,7 @@ class CellHistory:
             except (AviflowError, OSError, ValueError):
                 self._listing = []
             counted: list[Share] = []
+            tails: list[float] = []
             for job_id in reversed(self._listing):
                 if len(counted) == SHARES:
                     break
@@ -176,8 +180,41 @@ class CellHistory:
                 held = self._end(job_id)
                 if not isinstance(held, str) and held is not None and held > 0:
                     counted.append((min(1.0, held / limit), limit))
+                    if (tail := self._tail_of(job_id)) is not None:
+                        tails.append(tail)
             self._shares = (now, tuple(counted))
+            self._tail = spread(tails)
             return self._shares[1]
+
+    def tail(self) -> tuple[float, float]:
+        """How long the pool's newest successful runs that logged metric rows held their
+        GPUs after their last row (pods exiting, the Job completing, the quota freed), 10th
+        and 90th percentile (:func:`aviflow.windows.spread`), as the last :meth:`shares`
+        counted them: what a pace cannot see."""
+        with self._lock:
+            return self._tail
+
+    def _tail_of(self, job_id: str) -> float | None:
+        """Seconds from a successful run's last metric row of its final attempt to its end
+        (None: no row, or unreadable); kept. The row is the job's (untrusted): only one
+        within that attempt counts (:func:`aviflow.pace.fold`), so it lies within the
+        seconds the run held."""
+        if job_id in self._tails:
+            self._tails.move_to_end(job_id)
+            return self._tails[job_id]
+        tail = None
+        try:
+            run = self.store.get(job_id)
+            page = read_pages(run.events, pages=MAX_PAGES)
+            end, start = finished_at(page.items), current_start(page.items)
+            if end is not None and start is not None:
+                pace = PaceCache(jobs=1).of(run, start.attempt, start.time, end)
+                tail = None if pace is None else max(0.0, end - pace.last[1])
+        except (AviflowError, OSError, ValueError):
+            tail = None
+        self._tails[job_id] = tail
+        _trim(self._tails, 4 * self.look_back)
+        return tail
 
     def _limit(self, job_id: str) -> float | None:
         """The job's time limit in seconds (None: none, or its spec cannot be read); kept."""

@@ -141,13 +141,15 @@ class PaceCache:
         now: float,
         history: Sequence[float] = (),
         shares: Sequence[Share] = (),
+        tail: tuple[float, float] = (0.0, 0.0),
     ) -> tuple[tuple[float, float], str]:
         """When the job holding GPUs with ``events`` releases them, and why
         (:func:`~aviflow.windows.release_window`): by its pace where its current attempt
         logged one, else by ``history`` (the seconds its cell's earlier runs held their
         GPUs: :class:`aviflow.history.CellHistory`), else by the part of its time limit the
         pool's recent runs held (``shares``: :meth:`aviflow.history.CellHistory.shares`),
-        else by its time limit (what it has left of it)."""
+        else by its time limit (what it has left of it); ``tail``: the seconds after a
+        pace's last step (:meth:`aviflow.history.CellHistory.tail`)."""
         held = held_seconds(events, now)
         start = current_start(events)
         pace = self.of(run, start.attempt, start.time, now) if start is not None else None
@@ -155,7 +157,7 @@ class PaceCache:
         return release_window(
             now, now - held, time_limit=time_limit, progress=progress,
             logged_at=pace.last[1] if pace is not None else None, history=history,
-            shares=shares,
+            shares=shares, tail=tail,
         )  # fmt: skip
 
     def of(self, run: RunDir, attempt: int, admitted: float, now: float) -> Pace | None:

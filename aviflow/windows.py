@@ -86,13 +86,16 @@ def release_window(
     logged_at: float | None = None,
     history: Sequence[float] = (),
     shares: Sequence[Share] = (),
+    tail: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[tuple[float, float], str]:
     """When a job that started at ``started`` releases its GPUs: ``(earliest, latest)`` in
     absolute seconds, and what that rests on. Its sources, best first:
 
     - ``progress``: ``(step, total_steps, seconds)``, the steps it logged toward a declared
       total in ``seconds`` of training: the rest at that pace, within 20%, from
-      ``logged_at`` (when the last of those steps was logged; default ``now``);
+      ``logged_at`` (when the last of those steps was logged; default ``now``), then
+      ``tail`` (the seconds the pool's recent runs held their GPUs after their last row,
+      :meth:`aviflow.history.CellHistory.tail`: its pods exiting, its Job completing);
     - ``history``: how long the user's earlier runs of the same cell held their GPUs: between
       the shortest and the longest of them from its start;
     - ``shares`` with ``time_limit``: the part of their time limits the pool's recent
@@ -109,6 +112,8 @@ def release_window(
     ((164.0, 196.0), 'its pace: 50 of 100 steps in 80s')
     >>> release_window(100.0, 0.0, progress=(50, 100, 80.0), logged_at=90.0)
     ((154.0, 186.0), 'its pace: 50 of 100 steps in 80s')
+    >>> release_window(100.0, 0.0, progress=(50, 100, 80.0), tail=(2.0, 9.0))[0]
+    (166.0, 205.0)
     >>> release_window(100.0, 0.0, history=[300.0, 500.0])
     ((300.0, 500.0), 'its cell ran 300s to 500s before (2 runs)')
     >>> release_window(100.0, 0.0)
@@ -127,7 +132,7 @@ def release_window(
         step, total, seconds = progress
         rest = seconds * (total - step) / step
         base = now if logged_at is None else min(now, logged_at)
-        low, high = base + 0.8 * rest, base + 1.2 * rest
+        low, high = base + 0.8 * rest + tail[0], base + 1.2 * rest + tail[1]
         why = f"its pace: {step} of {total} steps in {seconds:g}s"
     elif history:
         low, high = started + min(history), started + max(history)
@@ -154,3 +159,17 @@ def _held_as_long(shares: Sequence[Share], time_limit: float, held: float) -> li
     """The newest :data:`SHARES_USED` shares of runs :func:`like` a job with ``time_limit``
     that would have held it at least ``held`` seconds."""
     return [s for s in like(shares, time_limit) if s * time_limit >= held][:SHARES_USED]
+
+
+def spread(seconds: Sequence[float]) -> tuple[float, float]:
+    """The :data:`SHARE_RANGE` quantiles of the newest :data:`SHARES_USED` of ``seconds``
+    (newest first), once :data:`SHARES_NEEDED` are there; else ``(0, 0)``.
+
+    >>> spread([1.0, 9.0, 2.0, 3.0]), spread([1.0, 9.0])
+    ((1.0, 9.0), (0.0, 0.0))
+    """
+    found = sorted(max(0.0, s) for s in seconds[:SHARES_USED])
+    if len(found) < SHARES_NEEDED:
+        return 0.0, 0.0
+    low, high = (found[round(q * (len(found) - 1))] for q in SHARE_RANGE)
+    return low, high

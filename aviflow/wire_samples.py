@@ -34,7 +34,13 @@ FAILURE = FailureInfo(
     time=1764802700.5,
     pid=4242,
 )
-ESTIMATE = Estimate("", 1764802680.0, 1764803100.0, assumed=("jobs run to their time limit",))
+ESTIMATE = Estimate(
+    "",
+    1764802680.0,
+    1764803100.0,
+    assumed=("jobs run to their time limit",),
+    expected=1764802890.0,
+)
 NEVER = Estimate("", None, None, never="spec.nodes: 9 nodes, the pool has 8")
 NOW = Estimate("", 1764802680.0, 1764802680.0, now=True)
 OPEN = Estimate("", 1764802680.0, None)

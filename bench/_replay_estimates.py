@@ -34,20 +34,26 @@ from _replay_trace import time_limit
 from aviflow.estimate import Holding, QueueLimits, Waiting, estimate
 from aviflow.history import SHARES
 from aviflow.pace import Pace
-from aviflow.windows import Share, release_window, run_window
+from aviflow.windows import Share, release_window, run_window, spread
 
 COHORT = "pool"
 Knows = Literal["nothing", "queued", "running", "all"]
 
 
 def _release(
-    now: float, r: ModelJob, knows: bool, overhead: float, shares: Sequence[Share]
+    now: float,
+    r: ModelJob,
+    knows: bool,
+    overhead: float,
+    shares: Sequence[Share],
+    tail: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[float, float]:
     """When running job ``r`` releases its GPUs, as the forecast sees it at ``now`` (its
     true end, ``knows``; before its pace shows, by the ``shares`` of their limits the newest
     ended jobs held). Its attempt's ``overhead`` is half start-up (its pods log their first
     row that long after admission, then one a second) and half release (after its last
-    step): what a pace cannot see."""
+    step): what a pace cannot see, but ``tail`` (the ended jobs' release after their last
+    row, as :meth:`aviflow.history.CellHistory.tail` measures it) adds."""
     assert r.started is not None
     if knows:
         end = r.started + r.hold
@@ -68,7 +74,7 @@ def _release(
     )
     window, _ = release_window(
         now, r.started, time_limit=limit, progress=pace, logged_at=first + max(0, rows),
-        shares=shares,
+        shares=shares, tail=tail,
     )  # fmt: skip
     return window
 
@@ -87,7 +93,7 @@ def samples(
         QueueLimits(t, q, cohort=COHORT, fair_weight=1.0) if shared else QueueLimits(t, q)
         for t, q in team_quotas.items()
     ]  # the shared pool has Kueue's fair sharing on, as the replay configures it
-    taken: list[tuple[float, float, float | None, ModelJob]] = []
+    taken: list[tuple[float, float, float | None, float | None, ModelJob]] = []
 
     def watch(
         now: float,
@@ -101,12 +107,13 @@ def samples(
             ((r.job.hold + overhead * r.attempt) / time_limit(r.job.hold), time_limit(r.job.hold))
             for r in newest
         ]  # by the controller's CellHistory.shares from the store's newest jobs, newest first
+        tail = spread([overhead / 2] * len(newest))  # each ended after its last row so long
         holding = [
             Holding(
                 r.job.name,
                 r.job.team,
                 r.job.gpus,
-                _release(now, r, knows_running, overhead, shares),
+                _release(now, r, knows_running, overhead, shares, tail),
             )
             for r in running.values()
         ]
@@ -127,18 +134,23 @@ def samples(
         ]  # fmt: skip
         est = estimate(now, limits, holding, queued)[job.job.name]
         if est.low is not None:
-            taken.append((now, est.low, est.high, job))
+            taken.append((now, est.low, est.high, est.expected, job))
 
     simulate(jobs, team_quotas, shared, overhead, watch=watch)
-    return [Sample(at, low, high, j.first) for at, low, high, j in taken if j.first is not None]
+    return [
+        Sample(at, low, high, j.first, expected)
+        for at, low, high, expected, j in taken
+        if j.first is not None
+    ]
 
 
-def medians(found: Sequence[Sample], floor: float) -> tuple[float, float, int]:
-    """The median error of the latest bound and of the middle of the range (as
-    ``bench/replay.py`` prints them), and how many samples were rated."""
+def medians(found: Sequence[Sample], floor: float) -> tuple[float, float, float, int]:
+    """The median error of the latest bound, of the middle of the range and of the expected
+    start (as ``bench/replay.py`` prints them), and how many samples were rated."""
     high, _, _ = estimate_errors(found, floor, point="high")
     middle, _, _ = estimate_errors(found, floor)
-    return percentile(high, 0.5), percentile(middle, 0.5), len(high)
+    expected, _, _ = estimate_errors(found, floor, point="expected")
+    return percentile(high, 0.5), percentile(middle, 0.5), percentile(expected, 0.5), len(high)
 
 
 if __name__ == "__main__":  # its examples

@@ -168,12 +168,14 @@ def matching_gpus(points: Sequence[tuple[int, float]], target: float) -> tuple[f
 @dataclass(frozen=True)
 class Sample:
     """An expected start read from a queued job's status at ``at``: ``[low, high]`` (high
-    None: unbounded), and when the job was in fact admitted."""
+    None: unbounded), its ``expected`` point (None: the status has none), and when the job
+    was in fact admitted."""
 
     at: float
     low: float
     high: float | None
     started: float
+    expected: float | None = None
 
 
 def estimate_errors(
@@ -181,18 +183,21 @@ def estimate_errors(
 ) -> tuple[list[float], int, int]:
     """``|point - started| / (started - at)`` per sample whose realised wait from the
     sample is at least ``floor`` seconds (shorter ones are counted, not rated), the point
-    being the middle of ``[low, high]`` (what the pages say: "expected to start in about")
-    or, with ``point="high"``, its latest bound; ``low`` where unbounded. With how many
-    were too short and how many realised starts fell within ``[low, high]``.
+    being the middle of ``[low, high]``, with ``point="high"`` its latest bound, with
+    ``point="expected"`` the estimate's expected start (the middle where it has none);
+    ``low`` where unbounded. With how many were too short and how many realised starts
+    fell within ``[low, high]``.
 
     >>> estimate_errors([Sample(0.0, 0.0, 10.0, 8.0), Sample(0.0, 0.0, None, 4.0),
     ...                  Sample(5.0, 5.0, 6.0, 5.5)], floor=1.0)
     ([0.375, 1.0], 1, 3)
     >>> estimate_errors([Sample(0.0, 0.0, 10.0, 8.0)], floor=1.0, point="high")
     ([0.25], 0, 1)
+    >>> estimate_errors([Sample(0.0, 0.0, 10.0, 8.0, 7.0)], floor=1.0, point="expected")
+    ([0.125], 0, 1)
     """
-    if point not in ("middle", "high"):
-        raise ValueError(f"point: 'middle' or 'high', not {point!r}")
+    if point not in ("middle", "high", "expected"):
+        raise ValueError(f"point: 'middle', 'high' or 'expected', not {point!r}")
     errors: list[float] = []
     short = within = 0
     for s in samples:
@@ -204,6 +209,8 @@ def estimate_errors(
             continue
         middle = s.low if s.high is None else (s.low + s.high) / 2
         at = s.high if point == "high" and s.high is not None else middle
+        if point == "expected" and s.expected is not None:
+            at = s.expected
         errors.append(round(abs(at - s.started) / waited, 9))
     return errors, short, within
 

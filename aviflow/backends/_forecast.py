@@ -53,13 +53,14 @@ def _holding(
     paces: PaceCache,
     history: CellHistory,
     shares: Sequence[Share],
+    tail: tuple[float, float],
 ) -> Holding | None:
     try:
         run = store.get(job_id)
         spec = run.spec().spec
         earlier = history.of(run, now)
         limit = spec.time_limit_seconds
-        window, _ = paces.release(run, events.of(run), limit, now, earlier, shares)
+        window, _ = paces.release(run, events.of(run), limit, now, earlier, shares, tail)
     except (AviflowError, OSError, ValueError):
         return None  # gone or unreadable meanwhile: it holds nothing we can time
     return Holding(job_id, spec.queue, spec.total_gpus, window)
@@ -100,7 +101,8 @@ def forecast(
     events, paces = events or EventsCache(), paces or PaceCache()
     history = history or CellHistory(store)
     shares = history.shares(now, live={*held_ids, *(q.id for q in queued)})
-    held = (_holding(store, i, now, events, paces, history, shares) for i in held_ids)
+    tail = history.tail()
+    held = (_holding(store, i, now, events, paces, history, shares, tail) for i in held_ids)
     holding = [h for h in held if h is not None]
     waiting: list[Waiting] = []
     for q in queued:

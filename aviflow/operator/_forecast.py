@@ -190,17 +190,19 @@ class PoolForecast:
         return cq
 
     def _held(
-        self, run: RunDir, job: TrainJob, now: float, shares: Sequence[Share]
-    ) -> tuple[tuple[float, float], float | None]:
+        self, run: RunDir, job: TrainJob, now: float, shares: Sequence[Share],
+        tail: tuple[float, float] = (0.0, 0.0),
+    ) -> tuple[tuple[float, float], float | None]:  # fmt: skip
         """When the job releases its GPUs (``shares``: the part of their limits the pool's
-        recent runs held), and when its current attempt was admitted."""
+        recent runs held; ``tail``: how long they held them after their last row), and
+        when its current attempt was admitted."""
         try:  # what the job's reconciles read already: an unchanged file is not read again
             events: tuple[Event, ...] = self.ctl.events.of(run)
         except (AviflowError, OSError, ValueError):
             events = ()
         earlier = self.history.of(run, now)
         limit = job.spec.time_limit_seconds
-        window, _ = self.paces.release(run, events, limit, now, earlier, shares)
+        window, _ = self.paces.release(run, events, limit, now, earlier, shares, tail)
         start = current_start(events)
         return window, start.time if start is not None else None
 
@@ -212,6 +214,7 @@ class PoolForecast:
         live = {cr["metadata"]["name"] for cell in self.ctl.cells.values()
                 for cr in cell.trainjobs.by("active")}  # fmt: skip
         shares = self.history.shares(now, live)  # the part of their limits recent runs held
+        tail = self.history.tail()  # and how long after their last row
         holding: list[Holding] = []
         queued: list[tuple[int, str, Waiting]] = []
         queues: dict[str, str] = {}
@@ -232,7 +235,7 @@ class PoolForecast:
                 queues[job.spec.queue] = cq
                 state = (cr.get("status") or {}).get("state") or "QUEUED"
                 if state in ("STARTING", "RUNNING"):
-                    window, admitted = self._held(run, job, now, shares)
+                    window, admitted = self._held(run, job, now, shares, tail)
                     holding.append(Holding(job_id, cq, job.spec.total_gpus, window))
                     if admitted is not None:
                         self.delays.admitted(job_id, admitted)

@@ -81,9 +81,14 @@ def start_short(est: Estimate | None, now: float) -> str:
 
 
 def start_words(est: Estimate | None, now: float) -> str:
-    """A sentence: ``starts in about 5-12 min``, ``starts now``, ``never at this quota:
-    <the limit>``, ``starts any moment``, ``starts in 5 min or later (a job ahead has no time
-    limit)``, ``start unknown: a job ahead has no time limit``; empty without an estimate.
+    """A sentence: ``starts in about 8 min (5-12 min)`` (its expected start, then its range;
+    ``starts in about 5-12 min`` from a status with no expected start), ``starts now``,
+    ``never at this quota: <the limit>``, ``starts any moment``, ``starts in 5 min or later
+    (a job ahead has no time limit)``, ``start unknown: a job ahead has no time limit``;
+    empty without an estimate.
+
+    >>> start_words(Estimate("j", 300.0, 720.0, expected=480.0), 0.0)
+    'starts in about 8 min (5-12 min)'
 
     >>> start_words(Estimate("j", None, None, "needs 16 GPUs; queue 'a' may hold at most 8"), 0.0)
     "never at this quota: needs 16 GPUs; queue 'a' may hold at most 8"
@@ -101,9 +106,21 @@ def start_words(est: Estimate | None, now: float) -> str:
         return "start unknown: a job ahead has no time limit"
     if est.high is None:
         return f"starts in {short[:-1]} or later (a job ahead has no time limit)"
+    expected = _expected(est, now)
+    if expected is not None and not short.startswith("about "):
+        return f"starts in about {expected} ({short})"
     if short.startswith("within "):
         return f"starts {short}"
     return f"starts in {short}" if short.startswith("about ") else f"starts in about {short}"
+
+
+def _expected(est: Estimate, now: float) -> str | None:
+    """The expected start from ``now`` in words (None: the estimate has none, or it rounds
+    to no time at all)."""
+    if est.expected is None:
+        return None
+    found = amount(est.expected - now)
+    return None if found == "0 min" else found
 
 
 def _count(n: int, one: str, many: str) -> str:

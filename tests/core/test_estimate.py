@@ -29,6 +29,26 @@ def test_a_queue_in_order_each_job_after_the_releases_ahead_of_it() -> None:
     }
 
 
+def test_the_expected_start_puts_every_job_ahead_at_the_middle_of_its_window() -> None:
+    """w1 after r1's release (100-160 s: 130 expected); w2 after w1 has held its GPUs for
+    the middle of its 50-80 s (65: 195 s), within 150-240 s; a job with no later bound has no
+    expected start (w3, behind w2 whose run has no end), nor has one that never starts."""
+    pool = [QueueLimits("a", 8)]
+    held = [Holding("r1", "a", 8, release=(100.0, 160.0))]
+    waiting = [
+        Waiting("w1", "a", 8, runs_for=(50.0, 80.0)), Waiting("w2", "a", 8),
+        Waiting("w3", "a", 8), Waiting("big", "a", 16),
+    ]  # fmt: skip
+    est = estimate(0.0, pool, held, waiting)
+    assert {k: (e.low, e.expected, e.high) for k, e in est.items()} == {
+        "w1": (100.0, 130.0, 160.0),
+        "w2": (150.0, 195.0, 240.0),
+        "w3": (150.0, None, None),
+        "big": (None, None, None),
+    }
+    assert est["w1"].to_dict()["expected"] == 130.0 and "expected" not in est["w3"].to_dict()
+
+
 def test_a_small_job_passes_a_head_that_does_not_fit_unless_the_queue_is_strict() -> None:
     held = [Holding("r1", "a", 4, release=(100.0, 100.0))]
     waiting = [

@@ -20,6 +20,7 @@ from aviflow.pace import PaceCache
 from aviflow.records import Event, EventType, MetricRow
 from aviflow.spec import TrainJob
 from aviflow.store import EventsCache, RunDir, RunStore
+from aviflow.windows import release_window
 
 E = EventType
 X = {"kind": "notebook-cell", "notebook": "work/train.ipynb", "cell_id": "cell-x"}
@@ -310,6 +311,35 @@ def test_only_runs_with_a_time_limit_like_a_jobs_say_what_part_of_it_the_job_hol
                           ("3h", (0.0, 10800.0))):  # fmt: skip
         waiting = store.create(job(limit), {}, "bob")
         assert _runs_for(waiting, history, 0.0, shares) == window
+
+
+def test_the_pools_runs_say_how_long_they_held_their_gpus_after_their_last_row(
+    tmp_path: Path,
+) -> None:
+    """Three successful runs logged their last rows 2, 4 and 9 s before they ended (each
+    from 10 s); a fourth logged a row from an attempt it did not end with, a fifth none:
+    neither counts. The tail is their 10th to 90th percentile (2-9 s), and a running job's
+    pace window ends that much later in both forecasts; with fewer than three, none."""
+    store = RunStore(tmp_path)
+    assert CellHistory(store).tail() == (0.0, 0.0)
+    for held, gap, attempt in ((900.0, 2.0, 1), (1800.0, 4.0, 1), (2700.0, 9.0, 1),
+                               (600.0, 1.0, 2), (300.0, None, 1)):  # fmt: skip
+        finished(store, held)
+        if gap is not None:
+            run = store.get(store.ids(newest=1)[0])
+            rows = [
+                {"step": 1, "time": 10.0 + held - gap - 1, "attempt": attempt, "values": {}},
+                {"step": 2, "time": 10.0 + held - gap, "attempt": attempt, "values": {}},
+            ]
+            run.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            run.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = CellHistory(store)
+    history.shares(0.0)
+    assert history.tail() == (2.0, 9.0)
+    window, _ = release_window(
+        100.0, 0.0, time_limit=3600.0, progress=(50, 100, 80.0), tail=history.tail()
+    )  # fmt: skip
+    assert window == (166.0, 205.0)
 
 
 def test_a_running_job_with_no_pace_and_no_cell_ends_as_recent_runs_that_held_as_long(

@@ -101,7 +101,8 @@ def test_the_status_schema_has_the_job_status_keys() -> None:
 
     full = JobStatus(
         JobState.FAILED, 2, "m", 1.0, 3, FailureInfo(1, 0, 1, "E", "m", "t", 1, "l", 1.0, 7),
-        Estimate("j", 1.0, 2.0, "x", ("a",), now=True), WaitNumbers("q", 1, 2, 3, 4, 5, 6),
+        Estimate("j", 1.0, 2.0, "x", ("a",), now=True, expected=1.5),
+        WaitNumbers("q", 1, 2, 3, 4, 5, 6),
     )  # fmt: skip
     wire = full.to_dict()
     assert set(status["properties"]) == set(wire)

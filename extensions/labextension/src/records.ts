@@ -59,6 +59,8 @@ export interface ExpectedStart {
   /** It fits at once */
   now?: boolean;
   assumed?: string[];
+  /** Unix time, the expected start: every job ahead at the middle of its window */
+  expected?: number;
 }
 
 /** The numbers behind a wait, while QUEUED */

@@ -5,6 +5,8 @@
  *
  *     startShort({ low: now + 300, high: now + 720 }, now); // "5-12 min"
  *     startWords({ low: now + 300, high: now + 720 }, now); // "starts in about 5-12 min"
+ *     startWords({ low: now + 300, high: now + 720, expected: now + 480 }, now);
+ *     // "starts in about 8 min (5-12 min)"
  */
 import type { ExpectedStart, WaitNumbers } from './types';
 
@@ -26,7 +28,7 @@ export function validEstimate(est: unknown): ExpectedStart | null {
   }
   const e = est as Record<string, unknown>;
   const never = e.never;
-  if (!isTime(e.low ?? null) || !isTime(e.high ?? null)) {
+  if (!isTime(e.low ?? null) || !isTime(e.high ?? null) || !isTime(e.expected ?? null)) {
     return null;
   }
   if (never !== undefined && never !== null && typeof never !== 'string') {
@@ -36,7 +38,8 @@ export function validEstimate(est: unknown): ExpectedStart | null {
     low: (e.low as number | null | undefined) ?? null,
     high: (e.high as number | null | undefined) ?? null,
     never: typeof never === 'string' ? never.slice(0, 500) : undefined,
-    now: e.now === true
+    now: e.now === true,
+    expected: typeof e.expected === 'number' ? e.expected : undefined
   };
 }
 
@@ -103,7 +106,10 @@ export function startShort(est: ExpectedStart | null | undefined, now: number): 
   return span(low, e.high - now);
 }
 
-/** A sentence: "starts in about 5-12 min", "starts now", "never at this quota: ..."; "" without. */
+/**
+ * A sentence: "starts in about 8 min (5-12 min)" (its expected start, then its range; "starts
+ * in about 5-12 min" without one), "starts now", "never at this quota: ..."; "" without.
+ */
 export function startWords(est: ExpectedStart | null | undefined, now: number): string {
   const short = startShort(est, now);
   const e = validEstimate(est);
@@ -121,6 +127,10 @@ export function startWords(est: ExpectedStart | null | undefined, now: number): 
   }
   if (e.high === null) {
     return `starts in ${short.slice(0, -1)} or later (a job ahead has no time limit)`;
+  }
+  const expected = e.expected === undefined ? null : amount(e.expected - now);
+  if (expected !== null && expected !== '0 min' && !short.startsWith('about ')) {
+    return `starts in about ${expected} (${short})`;
   }
   if (short.startsWith('within ')) {
     return `starts ${short}`;

@@ -109,7 +109,8 @@ export const samples: {
       "window": "12-03T22:58..23:05Z",
       "assumed": [
         "jobs run to their time limit"
-      ]
+      ],
+      "expected": 1764802890.0
     },
     {
       "low": null,
@@ -215,7 +216,8 @@ export const samples: {
         "window": "12-03T22:58..23:05Z",
         "assumed": [
           "jobs run to their time limit"
-        ]
+        ],
+        "expected": 1764802890.0
       },
       "wait": {
         "queue": "vision",
