@@ -417,9 +417,9 @@ def estimate(
         at_once = low == high == now
         if at_once and high is not None:
             high += max(0.0, admission_delay)
-        expected = middle.get(w.id)
-        if expected is not None and low is not None:  # within the range, as its replays may
-            expected = min(max(expected, low), high if high is not None else expected)  # cross
+        expected = middle.get(w.id)  # within the range (a later release can pass a job)
+        if expected is not None and low is not None:
+            expected = max(expected, low) if high is None else min(max(expected, low), high)
         out[w.id] = Estimate(w.id, low, high, None, notes, now=at_once, expected=expected)
     return out
 

@@ -72,7 +72,12 @@ def run_window(
 
 def _spread(shares: Sequence[float]) -> tuple[float, float]:
     """The :data:`SHARE_RANGE` quantiles of ``shares``, each taken within 0..1."""
-    found = sorted(min(1.0, max(0.0, s)) for s in shares)
+    return _quantiles([min(1.0, max(0.0, s)) for s in shares])
+
+
+def _quantiles(values: Sequence[float]) -> tuple[float, float]:
+    """The :data:`SHARE_RANGE` quantiles of ``values`` (not empty)."""
+    found = sorted(values)
     low, high = (found[round(q * (len(found) - 1))] for q in SHARE_RANGE)
     return low, high
 
@@ -168,8 +173,5 @@ def spread(seconds: Sequence[float]) -> tuple[float, float]:
     >>> spread([1.0, 9.0, 2.0, 3.0]), spread([1.0, 9.0])
     ((1.0, 9.0), (0.0, 0.0))
     """
-    found = sorted(max(0.0, s) for s in seconds[:SHARES_USED])
-    if len(found) < SHARES_NEEDED:
-        return 0.0, 0.0
-    low, high = (found[round(q * (len(found) - 1))] for q in SHARE_RANGE)
-    return low, high
+    found = [max(0.0, s) for s in seconds[:SHARES_USED]]
+    return _quantiles(found) if len(found) >= SHARES_NEEDED else (0.0, 0.0)

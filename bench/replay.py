@@ -110,6 +110,7 @@ import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, image
 import yaml
 from _png import bar_chart
 from _replay_estimates import medians, samples
+from _replay_hold import HOLD
 from _replay_model import scan
 from _replay_stats import (
     Run,
@@ -146,67 +147,6 @@ HERE = Path(__file__).resolve().parent
 SLICE = HERE / "data" / "philly-slice.csv"
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
-HOLD = '''#!{python} -S
-"""A trainer pod's stand-in (bench/replay.py): holds its GPUs until its job has held them
-BENCH_HOLD seconds since admission (its Workload's, whole seconds), over all attempts:
-progress is checkpointed each second, so a preempted job resumes. Beats as the runtime does,
-and logs a metric row a second (a step a second of hold, toward ``total_steps``: the hold)."""
-import datetime, json, os, re, subprocess, time
-from pathlib import Path
-
-run = Path(os.environ["AVIFLOW_RUN_DIR"])
-node = int(os.environ.get("JOB_COMPLETION_INDEX") or os.environ.get("AVIFLOW_NODE_RANK") or 0)
-attempt = int(os.environ["AVIFLOW_ATTEMPT"])
-spec = run / "code" / ".aviflow-job.yaml"  # the runtime's copy (job.yaml is not mounted)
-hold = int(re.search(r"BENCH_HOLD: '?([0-9]+)", spec.read_text()).group(1))
-data = run / "data" if (run / "data").is_dir() else run
-beats = data / "heartbeats"
-beats.mkdir(parents=True, exist_ok=True)
-progress = data / f"bench-progress-{{node}}"
-
-
-def beat(state):
-    body = {{"node": node, "attempt": attempt, "pid": os.getpid(), "time": time.time(),
-            "state": state}}
-    tmp = beats / f".node-{{node}}.{{os.getpid()}}"
-    tmp.write_text(json.dumps(body))
-    tmp.replace(beats / f"node-{{node}}.json")
-
-
-beat("running")
-try:
-    before = float(progress.read_text())
-except (OSError, ValueError):
-    before = 0.0
-owner = f"{{run.name}}-a{{attempt}}"  # this attempt's Job: its Workload's admission
-path = (
-    f'{{{{range .items[?(@.metadata.ownerReferences[0].name=="{{owner}}")]}}}}'
-    '{{.status.conditions[?(@.type=="Admitted")].lastTransitionTime}}{{end}}'
-)
-when = subprocess.run(
-    ["{kubectl}", "--kubeconfig", "{kubeconfig}", "-n", "{namespace}", "get", "workloads",
-     "-o", f"jsonpath={{path}}"],
-    capture_output=True, text=True,
-).stdout.strip()
-try:
-    admitted = datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
-except ValueError:
-    admitted = time.time()
-metrics = data / "metrics.jsonl"
-while True:
-    done = before + time.time() - admitted
-    progress.write_text(f"{{done:.3f}}")
-    if node == 0:  # a second of hold is a step, toward the hold declared (aviflow.pace)
-        row = {{"step": int(done), "time": time.time(), "attempt": attempt,
-               "values": {{"total_steps": hold}}}}
-        with metrics.open("a") as f:
-            f.write(json.dumps(row) + "\\n")
-    if done >= hold:
-        break
-    time.sleep(min(1.0, hold - done))
-    beat("running")
-beat("exited")
-'''
 
 
 @dataclass

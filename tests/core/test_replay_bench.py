@@ -408,11 +408,11 @@ def test_the_modules_examples_hold(module: ModuleType) -> None:
 def _hold_template() -> str:
     import ast
 
-    tree = ast.parse((BENCH / "replay.py").read_text())
+    tree = ast.parse((BENCH / "_replay_hold.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["HOLD"]:
             return str(ast.literal_eval(node.value))
-    raise AssertionError("bench/replay.py has no HOLD")
+    raise AssertionError("bench/_replay_hold.py has no HOLD")
 
 
 def test_the_stand_in_pod_holds_beats_and_logs_its_steps_toward_its_hold(tmp_path: Path) -> None:
