@@ -25,9 +25,9 @@ first, then, where Kueue has fair sharing on, the borrower whose queue's share w
 lowest once admitted (:meth:`_Pool.share_after`, as Kueue's fair-sharing tournament ranks
 them), then the oldest. A job fits its queue when the queue's use stays within its nominal
 quota, or beyond it within its borrowing limit and what the cohort has unused (a queue's
-``lendingLimit`` keeps the rest of its quota for itself). With reclaim (the chart's
-``reclaimWithinCohort``), a job within its queue's nominal quota starts at once, borrowers
-preempted. A job that cannot fit even in an empty pool "never" starts, with the limit that
+``lendingLimit`` keeps the rest of its quota for itself). Where its queue reclaims (its
+ClusterQueue's ``reclaimWithinCohort``, the chart's default), a job within the queue's
+nominal quota starts at once, borrowers preempted. A job that cannot fit even in an empty pool "never" starts, with the limit that
 forbids it.
 
 What it does not model, said in every estimate's ``assumed``: priorities other than the
@@ -76,7 +76,9 @@ class QueueLimits:
     limit; without a cohort it borrows nothing); ``lending_limit``: how much of its unused
     nominal quota others may borrow (None: all of it); ``strict``: StrictFIFO;
     ``fair_weight``: its weight in its cohort's fair sharing where Kueue has fair sharing on
-    (None: off; then borrowers are admitted oldest first)."""
+    (None: off; then borrowers are admitted oldest first); ``reclaim``: whether a job within
+    its nominal quota takes back what others borrowed of it (Kueue's ``reclaimWithinCohort``;
+    None: as :func:`estimate`'s ``reclaim`` says for every queue)."""
 
     name: str
     nominal: int
@@ -85,6 +87,7 @@ class QueueLimits:
     lending_limit: int | None = None
     strict: bool = False
     fair_weight: float | None = None
+    reclaim: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,10 @@ class _Pool:
             used += max(0, self.use.get(m.name, 0) - self.guaranteed(m))
         return lendable - used
 
+    def reclaims(self, q: QueueLimits) -> bool:
+        """Whether ``q`` takes back what others borrowed of its quota."""
+        return self.reclaim if q.reclaim is None else q.reclaim
+
     def fits_machine(self, w: Waiting) -> bool:
         return self.capacity is None or sum(self.use.values()) + w.gpus <= self.capacity
 
@@ -263,7 +270,7 @@ class _Pool:
             return False
         if q.cohort is None:
             return mine + w.gpus <= q.nominal
-        if self.reclaim and mine + w.gpus <= q.nominal:
+        if self.reclaims(q) and mine + w.gpus <= q.nominal:
             return True  # borrowers in the cohort are preempted for it
         if q.borrowing_limit is not None and mine + w.gpus > q.nominal + q.borrowing_limit:
             return False
@@ -386,7 +393,8 @@ def estimate(
     assumed: Sequence[str] = (),
     admission_delay: float = 0.0,
 ) -> dict[str, Estimate]:
-    """Each waiting job's :class:`Estimate` (see the module docstring). ``capacity``: the
+    """Each waiting job's :class:`Estimate` (see the module docstring). ``reclaim``: whether
+    a queue that does not say (:attr:`QueueLimits.reclaim` None) reclaims; ``capacity``: the
     pool's GPUs where fewer than its queues' quotas (the local backend's machine), and
     ``machine_fifo`` its rule (see :func:`_replay`); ``assumed``: what the caller took for
     granted in the windows it gave (added to each); ``admission_delay``: the seconds the

@@ -7,9 +7,7 @@ field by field when read back (:func:`parse_snapshot`). Pure.
 ...       "resourceGroups": [{"flavors": [{"resources": [{"name": "nvidia.com/gpu",
 ...       "nominalQuota": 8, "borrowingLimit": "4"}]}]}]}}
 >>> queue_limits(cq, "nvidia.com/gpu")
-QueueLimits(name='vision', nominal=8, cohort='research', borrowing_limit=4, lending_limit=None, strict=False, fair_weight=None)
->>> reclaims(cq)
-True
+QueueLimits(name='vision', nominal=8, cohort='research', borrowing_limit=4, lending_limit=None, strict=False, fair_weight=None, reclaim=True)
 
 Kueue reports a ClusterQueue's ``status.fairSharing`` only where its Configuration has fair
 sharing on; then the queue's weight (``spec.fairSharing.weight``, default 1) orders borrowers:
@@ -69,6 +67,7 @@ def queue_limits(cq: Mapping[str, Any], gpu_resource: str) -> QueueLimits:
         lending_limit=lend,
         strict=spec.get("queueingStrategy") == "StrictFIFO",
         fair_weight=_fair_weight(cq),
+        reclaim=reclaims(cq),
     )
 
 
@@ -85,7 +84,13 @@ def _fair_weight(cq: Mapping[str, Any]) -> float | None:
 
 
 def reclaims(cq: Mapping[str, Any]) -> bool:
-    """Whether the ClusterQueue takes back what others borrowed of its quota (preemption)."""
+    """Whether the ClusterQueue takes back what others borrowed of its quota (preemption):
+    each queue by its own setting (one in the cluster that does not reclaim, or a queue of
+    no cohort, says nothing of the others).
+
+    >>> reclaims({"spec": {"preemption": {"reclaimWithinCohort": "Never"}}}), reclaims({})
+    (False, False)
+    """
     preemption = (cq.get("spec") or {}).get("preemption") or {}
     return (preemption.get("reclaimWithinCohort") or "Never") != "Never"
 
@@ -112,7 +117,8 @@ def snapshot_dict(
     queues: Mapping[str, str],
     reclaim: bool,
 ) -> dict[str, Any]:
-    """The snapshot as JSON (``queues``: LocalQueue -> ClusterQueue; infinite ends: null)."""
+    """The snapshot as JSON (``queues``: LocalQueue -> ClusterQueue; infinite ends: null;
+    ``reclaim``: whether a queue whose limits do not say reclaims)."""
     return {
         "time": now,
         "reclaim": reclaim,
@@ -120,7 +126,7 @@ def snapshot_dict(
         "limits": [
             {"name": q.name, "nominal": q.nominal, "cohort": q.cohort,
              "borrowingLimit": q.borrowing_limit, "lendingLimit": q.lending_limit,
-             "strict": q.strict, "fairWeight": q.fair_weight}
+             "strict": q.strict, "fairWeight": q.fair_weight, "reclaim": q.reclaim}
             for q in limits
         ],
         "holding": [
@@ -161,6 +167,12 @@ def _int(v: Any, what: str, optional: bool = False) -> Any:
 def _bool(v: Any, what: str) -> bool:
     if not isinstance(v, bool):
         raise ValueError(f"{what} is not true or false")
+    return v
+
+
+def _maybe_bool(v: Any, what: str) -> bool | None:
+    if v is not None and not isinstance(v, bool):
+        raise ValueError(f"{what} is not null, true or false")
     return v
 
 
@@ -215,7 +227,7 @@ def parse_snapshot(data: Any) -> Snapshot:
     for i, q in enumerate(_list(top["limits"], "limits", MAX_QUEUES)):
         at = f"limits[{i}]"
         q = _fields(q, at, ("name", "nominal", "cohort", "borrowingLimit", "lendingLimit",
-                            "strict"), optional=("fairWeight",))  # fmt: skip
+                            "strict"), optional=("fairWeight", "reclaim"))  # fmt: skip
         cohort = None if q["cohort"] is None else _name(q["cohort"], f"{at}.cohort")
         limits.append(QueueLimits(
             _name(q["name"], f"{at}.name"), _int(q["nominal"], f"{at}.nominal"), cohort,
@@ -223,6 +235,7 @@ def parse_snapshot(data: Any) -> Snapshot:
             _int(q["lendingLimit"], f"{at}.lendingLimit", optional=True),
             _bool(q["strict"], f"{at}.strict"),
             _weight(q.get("fairWeight"), f"{at}.fairWeight"),
+            _maybe_bool(q.get("reclaim"), f"{at}.reclaim"),
         ))  # fmt: skip
     jobs: dict[str, list[Any]] = {}
     for part, window in (("holding", "release"), ("waiting", "runsFor")):

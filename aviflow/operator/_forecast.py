@@ -45,7 +45,7 @@ from aviflow.estimate import (
 )
 from aviflow.history import CellHistory
 from aviflow.k8s import manifests as m
-from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, reclaims, snapshot_dict
+from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, snapshot_dict
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
 from aviflow.pace import PaceCache, current_start
 from aviflow.records import Event
@@ -259,7 +259,9 @@ class PoolForecast:
                 holding.append(Holding(f"(others in {name})", name, other, (now, UNKNOWN)))
         waiting = [w for _, _, w in sorted(queued, key=lambda q: (q[0], q[1]))]
         limits = [queue_limits(cq, gpu) for cq in cqs.values()]
-        reclaim = all(reclaims(cq) for cq in cqs.values())
+        # each queue reclaims by its own setting (QueueLimits.reclaim); the snapshot's
+        # pool-wide flag, for a reader of a queue without one: whether all in cohorts do
+        reclaim = all(q.reclaim for q in limits if q.cohort is not None)
         found = estimate(
             now, limits, holding, waiting, reclaim=reclaim, assumed=ASSUMED,
             admission_delay=self.delays.p90(),

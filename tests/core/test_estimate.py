@@ -92,6 +92,25 @@ def test_a_job_within_its_quota_reclaims_what_others_borrowed() -> None:
     assert starts(estimate(0.0, pool, held, waiting, reclaim=False)) == {"wb": (500.0, 900.0)}
 
 
+def test_each_queue_reclaims_by_its_own_setting_not_the_pools() -> None:
+    """Kueue's ``reclaimWithinCohort`` is each ClusterQueue's: a queue that reclaims takes its
+    quota back at once even where another queue (of its cohort, or of none) does not, and
+    one that does not waits for the borrower's release, whatever the pool-wide default."""
+    pool = [
+        QueueLimits("a", 4, cohort="c", reclaim=False),
+        QueueLimits("b", 4, cohort="c", reclaim=True),
+        QueueLimits("d", 4, cohort="c", reclaim=False),
+        QueueLimits("solo", 8, reclaim=False),  # no cohort: its setting is moot
+    ]
+    held = [Holding("ra", "a", 12, release=(500.0, 900.0))]  # a borrowed b's and d's quotas
+    waiting = [Waiting("wb", "b", 4), Waiting("wd", "d", 4, runs_for=(10.0, 10.0))]
+    for default in (True, False):
+        assert starts(estimate(0.0, pool, held, waiting, reclaim=default)) == {
+            "wb": (0.0, 0.0),
+            "wd": (500.0, 900.0),
+        }
+
+
 def test_jobs_that_need_no_borrowing_go_first_then_the_oldest() -> None:
     pool = [QueueLimits("a", 4, cohort="c"), QueueLimits("b", 4, cohort="c")]
     held = [Holding("r", "a", 4, release=(10.0, 10.0)), Holding("s", "b", 4, release=(10.0, 10.0))]

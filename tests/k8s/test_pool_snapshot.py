@@ -24,7 +24,7 @@ from aviflow.k8s.forecast import (
 )
 
 NOW = 1_700_000_000.0
-LIMITS = [QueueLimits("vision", 8, "research", 4, None, False, 2.0), QueueLimits("nlp", 4)]
+LIMITS = [QueueLimits("vision", 8, "research", 4, None, False, 2.0, True), QueueLimits("nlp", 4)]
 HOLDING = [Holding("ft-1", "vision", 8, (NOW + 60.0, UNKNOWN))]
 WAITING = [Waiting("ft-2", "nlp", 4, (0.0, 3600.0))]
 GOOD = snapshot_dict(NOW, LIMITS, HOLDING, WAITING, {"vision": "vision", "nlp": "nlp"}, True)
@@ -48,8 +48,8 @@ def test_the_snapshot_the_controller_writes_reads_back_exactly() -> None:
     empty = snapshot_dict(0, [], [], [], {}, False)
     assert read_snapshot(empty) == (0.0, [], [], [], {}, False)
     earlier = copy.deepcopy(GOOD)  # an earlier controller's, before fair-sharing weights
-    for q in earlier["limits"]:
-        del q["fairWeight"]
+    for q in earlier["limits"]:  # and each queue's own reclaim (then the pool's flag says)
+        del q["fairWeight"], q["reclaim"]
     assert read_snapshot(earlier)[1] == [  # type: ignore[index]
         QueueLimits("vision", 8, "research", 4, None, False), QueueLimits("nlp", 4)
     ]  # fmt: skip
@@ -85,6 +85,8 @@ REFUSED = [
     (changed("limits.0.fairWeight", "2"), f"limits[0].fairWeight is not null or a number from 0 to {MAX_GPUS}"),
     (changed("limits.0.fairWeight", -1.0), f"limits[0].fairWeight is not null or a number from 0 to {MAX_GPUS}"),
     (changed("limits.0.fairWeight", NAN), f"limits[0].fairWeight is not null or a number from 0 to {MAX_GPUS}"),
+    (changed("limits.0.reclaim", "Any"), "limits[0].reclaim is not null, true or false"),
+    (changed("limits.0.reclaim", 1), "limits[0].reclaim is not null, true or false"),
     (changed("limits.0.extra", 1), "limits[0] is not an object of name, nominal, cohort, borrowingLimit, lendingLimit, strict"),
     (changed("holding", [GOOD["holding"][0]] * (MAX_JOBS + 1)),
      f"holding is not a list of at most {MAX_JOBS}"),
