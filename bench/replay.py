@@ -85,6 +85,10 @@ pools (53% -> 38% and 31% at 21 GPUs).
 
     .venv/bin/python bench/replay.py [--per-team 45] [--hour 6] [--scan 0.69,0.66] [--model]
 
+``--keep`` keeps the work directory with each configuration's first estimates, the pool
+snapshots they were made from and every job's events; ``bench/replay_explain.py`` reads
+them back (where the estimates' errors come from).
+
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
 

@@ -33,6 +33,7 @@ stats = _load("_replay_stats")
 png = _load("_png")
 model = _load("_replay_model")
 estimates = _load("_replay_estimates")
+explain = _load("replay_explain")
 T0 = 1508112000.0  # 2017-10-16 00:00:00 UTC
 
 
@@ -395,13 +396,47 @@ def test_on_the_shipped_slice_the_estimates_miss_by_time_limits_and_meet_knowing
 
 @pytest.mark.parametrize(
     "module",
-    [trace, stats, png, model, estimates],
-    ids=["trace", "stats", "png", "model", "estimates"],
+    [trace, stats, png, model, estimates, explain],
+    ids=["trace", "stats", "png", "model", "estimates", "explain"],
 )
 def test_the_modules_examples_hold(module: ModuleType) -> None:
     import doctest
 
     assert doctest.testmod(module).failed == 0
+
+
+def _kept(cohort: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A kept configuration: x's job waits behind x's running one (released 15-25 s, ended
+    at 40); y's job, submitted after the estimate, starts at 30, before x's (at 40)."""
+    limits = [
+        {"name": q, "nominal": 8, "cohort": cohort, "borrowingLimit": None,
+         "lendingLimit": lend, "strict": False}
+        for q, lend in (("x", None), ("y", 0))  # y lends x nothing
+    ]  # fmt: skip
+    pool = {
+        "time": 10.0, "reclaim": True, "queues": {"team-x": "x", "team-y": "y"},
+        "limits": limits,
+        "holding": [{"id": "r0000-x-a", "queue": "x", "gpus": 8, "release": [15.0, 25.0]}],
+        "waiting": [{"id": "r0001-x-b", "queue": "x", "gpus": 8, "runsFor": [5.0, 15.0]}],
+    }  # fmt: skip
+    events = {
+        "r0000-x-a": [["QUEUED", 0.0], ["STARTING", 0.0], ["SUCCEEDED", 40.0]],
+        "r0001-x-b": [["QUEUED", 5.0], ["STARTING", 40.0], ["SUCCEEDED", 50.0]],
+        "r0002-y-c": [["QUEUED", 20.0], ["STARTING", 30.0], ["SUCCEEDED", 35.0]],
+    }
+    return {"r0001-x-b": {"team": "x", "first": 10.0, "pool": pool}}, events
+
+
+def test_a_kept_replay_is_explained_as_made_and_knowing_what_happened() -> None:
+    """Expected at 20 (the running job's window's middle), started at 40: 67% as made, 0%
+    knowing the running job's end; a later job of another team passed it only where both
+    teams share a cohort (in the static split it took its own team's quota)."""
+    snaps, events = _kept("pool")
+    assert explain.explain(snaps, events) == (1, 0.666667, 0.0, 0.666667, 0.0, 1)
+    snaps, events = _kept(None)
+    assert explain.explain(snaps, events) == (1, 0.666667, 0.0, 0.666667, 0.0, 0)
+    events["r0001-x-b"][1][1] = 10.5  # a wait under the floor is not rated
+    assert explain.explain(snaps, events).rated == 0
 
 
 # -- the stand-in pod ----------------------------------------------------------------------------------

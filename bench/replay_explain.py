@@ -1,0 +1,169 @@
+"""Where a kept replay's expected-start errors come from (``bench/replay.py --keep`` keeps
+its work directory; pure: reads its files, no cluster).
+
+Each configuration's first estimates are recomputed with the controller's estimator
+(:func:`aviflow.estimate.estimate`) from the pool snapshot each was made from
+(``snapshots.json``), as made and with the windows replaced by what then happened
+(``events.json``): each running job's true end (its attempt's next ending event), each
+waiting job's true hold (its next attempt, admission to end), and both. With both known,
+what is left comes from what the estimator does not model: jobs submitted later (fair
+sharing ranks a team under its quota first; a reclaim preempts borrowers for it),
+preemption among borrowers, and admission's own latency. Also counted: how many rated jobs
+a job submitted after their estimate passed (started before them, in their queue or its
+cohort). Errors are rated as the replay rates them (:func:`_replay_stats.estimate_errors`,
+the expected start; waits under ``--floor`` seconds are not rated).
+
+    .venv/bin/python bench/replay_explain.py /tmp/aviflow-bench-replay-XXXXXXXX
+
+>>> events = {"a": [["QUEUED", 0.0], ["STARTING", 0.0], ["SUCCEEDED", 40.0]],
+...           "b": [["QUEUED", 5.0], ["STARTING", 40.0], ["SUCCEEDED", 50.0]]}
+>>> pool = {"time": 10.0, "reclaim": True, "queues": {"team-x": "x"},
+...         "limits": [{"name": "x", "nominal": 8, "cohort": None, "borrowingLimit": None,
+...                     "lendingLimit": None, "strict": False}],
+...         "holding": [{"id": "a", "queue": "x", "gpus": 8, "release": [15.0, 25.0]}],
+...         "waiting": [{"id": "b", "queue": "x", "gpus": 8, "runsFor": [5.0, 15.0]}]}
+>>> snaps = {"b": {"team": "x", "first": 10.0, "pool": pool}}
+>>> explain(snaps, events, floor=1.0)  # expected at 20 (the window's middle), started at 40
+Explained(rated=1, as_made=0.666667, ends=0.0, holds=0.666667, both=0.0, passed=0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from _replay_stats import Sample, estimate_errors
+
+from aviflow.estimate import Holding, Waiting, estimate
+from aviflow.k8s.forecast import parse_snapshot
+from aviflow.records import EventType
+
+Events = Mapping[str, Sequence[Sequence[Any]]]  # job id -> [(type, time), ...]
+
+
+class Explained(NamedTuple):
+    """One configuration's rated first estimates: how many, their median error as made and
+    knowing the running jobs' ends, the waiting jobs' holds, both; how many were passed by
+    a later submission."""
+
+    rated: int
+    as_made: float
+    ends: float
+    holds: float
+    both: float
+    passed: int
+
+
+def _ends(events: Sequence[Sequence[Any]], after: float) -> float | None:
+    """The first time at or after ``after`` an attempt ended."""
+    return next((t for k, t in events if EventType(k).ends_attempt() and t >= after), None)
+
+
+def _hold(events: Sequence[Sequence[Any]], after: float) -> float | None:
+    """Seconds the job's next attempt admitted after ``after`` held its GPUs (a STARTING
+    event has Kueue's whole seconds: up to a second before the admission)."""
+    start = next((t for k, t in events if k == "STARTING" and t > after - 1.0), None)
+    end = _ends(events, start) if start is not None else None
+    return end - start if start is not None and end is not None else None
+
+
+def _started(events: Sequence[Sequence[Any]]) -> float | None:
+    return next((t for k, t in events if k == "STARTING"), None)
+
+
+def _team(job_id: str) -> str:
+    """The team of a replayed job's id (``r0042-<team>-<suffix>``: ``_replay_trace``'s names)."""
+    parts = job_id.split("-")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def _passed(job_id: str, seen: Mapping[str, Any], events: Events, start: float) -> bool:
+    """Whether a job that was neither holding nor waiting in the snapshot (submitted after
+    it) was admitted before ``job_id``, in its queue or its queue's cohort."""
+    pool = seen["pool"]
+    cq_of = {lq.removeprefix("team-"): cq for lq, cq in pool["queues"].items()}
+    cohort = {q["name"]: q["cohort"] for q in pool["limits"]}
+    mine = cq_of.get(seen["team"])
+
+    def near(team: str) -> bool:
+        cq = cq_of.get(team)
+        return cq == mine or (cohort.get(mine) is not None and cohort.get(cq) == cohort[mine])
+
+    known = {h["id"] for h in pool["holding"]} | {w["id"] for w in pool["waiting"]}
+    return any(
+        other not in known
+        and other != job_id
+        and near(_team(other))
+        and (t := _started(evs)) is not None
+        and pool["time"] < t < start
+        for other, evs in events.items()
+    )
+
+
+def explain(snapshots: Mapping[str, Any], events: Events, floor: float = 1.0) -> Explained:
+    """One configuration's kept files (``snapshots.json``, ``events.json``) explained."""
+    found: dict[str, list[Sample]] = {"as_made": [], "ends": [], "holds": [], "both": []}
+    passed = 0
+    for job_id, seen in snapshots.items():
+        start = _started(events.get(job_id, ()))
+        if start is None or seen.get("pool") is None or start - seen["first"] < floor:
+            continue
+        now, limits, holding, waiting, _, reclaim = parse_snapshot(seen["pool"])
+        if job_id not in {w.id for w in waiting}:
+            continue  # the snapshot read was written after the job left the queue
+        ends = [
+            Holding(h.id, h.queue, h.gpus, (end, end))
+            if (end := _ends(events.get(h.id, ()), now)) is not None
+            else h
+            for h in holding
+        ]
+        holds = [
+            Waiting(w.id, w.queue, w.gpus, (held, held))
+            if (held := _hold(events.get(w.id, ()), now)) is not None
+            else w
+            for w in waiting
+        ]
+        for name, (h, w) in {
+            "as_made": (holding, waiting), "ends": (ends, waiting),
+            "holds": (holding, holds), "both": (ends, holds),
+        }.items():  # fmt: skip
+            est = estimate(now, limits, h, w, reclaim=reclaim)[job_id]
+            if est.low is not None:
+                found[name].append(Sample(seen["first"], est.low, est.high, start, est.expected))
+        passed += _passed(job_id, seen, events, start)
+    medians = {}
+    for name, samples in found.items():
+        errors, _, _ = estimate_errors(samples, floor, point="expected")
+        medians[name] = round(statistics.median(errors), 6) if errors else float("nan")
+    return Explained(len(found["as_made"]), **medians, passed=passed)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kept", type=Path, help="bench/replay.py --keep's work directory")
+    parser.add_argument("--floor", type=float, default=1.0, help="shortest wait rated (s)")
+    args = parser.parse_args()
+    configs = sorted(p.parent for p in args.kept.glob("*/snapshots.json"))
+    if not configs:
+        print(f"{args.kept}: no */snapshots.json (run bench/replay.py --keep)", file=sys.stderr)
+        return 2
+    print(
+        "| configuration | rated | as made | knowing the running jobs' ends | the waiting "
+        "jobs' holds | both | passed by a later submission |\n|---|---:|---:|---:|---:|---:|---:|"
+    )
+    for d in configs:
+        snaps = json.loads((d / "snapshots.json").read_text())
+        events = json.loads((d / "events.json").read_text())
+        e = explain(snaps, events, args.floor)
+        cells = " | ".join(f"{v:.0%}" for v in (e.as_made, e.ends, e.holds, e.both))
+        print(f"| {d.name} | {e.rated} | {cells} | {e.passed} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
