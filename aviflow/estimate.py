@@ -27,8 +27,8 @@ them), then the oldest. A job fits its queue when the queue's use stays within i
 quota, or beyond it within its borrowing limit and what the cohort has unused (a queue's
 ``lendingLimit`` keeps the rest of its quota for itself). Where its queue reclaims (its
 ClusterQueue's ``reclaimWithinCohort``, the chart's default), a job within the queue's
-nominal quota starts at once, borrowers preempted. A job that cannot fit even in an empty pool "never" starts, with the limit that
-forbids it.
+nominal quota starts at once, borrowers preempted. A job that cannot fit even in an empty
+pool "never" starts, with the limit that forbids it.
 
 What it does not model, said in every estimate's ``assumed``: priorities other than the
 queue order given, preemption among borrowers to even their shares, preemption of lower-priority
