@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from _replay_stats import Sample, estimate_errors
+from _replay_stats import Sample, estimate_errors, percentile
 
 from aviflow.estimate import Holding, Waiting, estimate
 from aviflow.k8s.forecast import parse_snapshot
@@ -139,7 +138,7 @@ def explain(snapshots: Mapping[str, Any], events: Events, floor: float = 1.0) ->
     medians = {}
     for name, samples in found.items():
         errors, _, _ = estimate_errors(samples, floor, point="expected")
-        medians[name] = round(statistics.median(errors), 6) if errors else float("nan")
+        medians[name] = round(percentile(errors, 0.5), 6)  # NaN where none was rated
     return Explained(len(found["as_made"]), **medians, passed=passed)
 
 

@@ -319,7 +319,8 @@ def test_the_pools_runs_say_how_long_they_held_their_gpus_after_their_last_row(
     """Three successful runs logged their last rows 2, 4 and 9 s before they ended (each
     from 10 s); a fourth logged a row from an attempt it did not end with, a fifth none:
     neither counts. The tail is their 10th to 90th percentile (2-9 s), and a running job's
-    pace window ends that much later in both forecasts; with fewer than three, none."""
+    pace window ends that much later (release_window, which both forecasts call); with
+    fewer than three, none."""
     store = RunStore(tmp_path)
     assert CellHistory(store).tail() == (0.0, 0.0)
     for held, gap, attempt in ((900.0, 2.0, 1), (1800.0, 4.0, 1), (2700.0, 9.0, 1),
