@@ -337,24 +337,34 @@ def _replay(
     reclaim: bool,
     capacity: int | None,
     machine_fifo: bool = False,
+    arriving: Sequence[tuple[float, Waiting]] = (),
 ) -> dict[str, float]:
     """Start times of the waiting jobs when every job releases at the point ``at`` of its
     window (0: its start, 1: its end, 0.5: its middle; a window with no end releases at
     once at 0, never otherwise); a job with no start time never starts in this replay.
     ``machine_fifo``: the next job its queue allows waits for the machine's capacity and
-    holds back every later one (the local backend's rule)."""
+    holds back every later one (the local backend's rule); ``arriving``: jobs that join the
+    queues' ends at the given times (see :func:`estimate`)."""
     pool = _Pool(limits, reclaim, capacity)
     ends: list[tuple[float, str, int]] = []  # (time, queue, gpus) of every release ahead
     for h in holding:
         pool.use[h.queue] = pool.use.get(h.queue, 0) + h.gpus
         ends.append((max(now, _point(h.release, at)), h.queue, h.gpus))
     left = [w for w in waiting if w.queue in limits and never_reason(w, limits, capacity) is None]
+    later = sorted(
+        ((max(now, t), i, w) for i, (t, w) in enumerate(arriving)
+         if w.queue in limits and never_reason(w, limits, capacity) is None),
+        key=lambda a: a[:2],
+    )  # fmt: skip
+    targets = {w.id for w in left}
     started: dict[str, float] = {}
     t = now
     while True:
         for e in [e for e in ends if e[0] <= t]:  # every release due by t
             ends.remove(e)
             pool.use[e[1]] -= e[2]
+        while later and later[0][0] <= t:  # every submission due by t, at its queue's end
+            left.append(later.pop(0)[2])
         while True:  # admit at t all that fits, in Kueue's order
             heads: list[tuple[bool, float, int, Waiting]] = []
             for name, queue in limits.items():
@@ -375,9 +385,10 @@ def _replay(
             started[w.id] = t
             pool.use[w.queue] = pool.use.get(w.queue, 0) + w.gpus
             ends.append((t + _point(w.runs_for, at), w.queue, w.gpus))
-        if not left or not ends or min(ends)[0] == UNKNOWN:
+        released = [e[0] for e in ends if e[0] != UNKNOWN]
+        if targets <= started.keys() or not released:  # done, or nothing more frees GPUs
             break
-        t = min(ends)[0]
+        t = min(released + [a[0] for a in later[:1]])
     return started
 
 
@@ -392,6 +403,7 @@ def estimate(
     machine_fifo: bool = False,
     assumed: Sequence[str] = (),
     admission_delay: float = 0.0,
+    arriving: Sequence[tuple[float, Waiting]] = (),
 ) -> dict[str, Estimate]:
     """Each waiting job's :class:`Estimate` (see the module docstring). ``reclaim``: whether
     a queue that does not say (:attr:`QueueLimits.reclaim` None) reclaims; ``capacity``: the
@@ -399,19 +411,37 @@ def estimate(
     ``machine_fifo`` its rule (see :func:`_replay`); ``assumed``: what the caller took for
     granted in the windows it gave (added to each); ``admission_delay``: the seconds the
     queue has lately taken to admit a job that fits at once (the caller measures it): such a
-    job still says ``now``, its latest start that much later.
+    job still says ``now``, its latest start that much later; ``arriving``: jobs known to
+    be submitted later, ``(time, job)``, each joining its queue's end at its time
+    (``bench/replay_explain.py`` gives it the submissions that did come, to measure what not
+    knowing them costs; the controller's and the dry run's forecasts know of none, and
+    their ``assumed`` says "no jobs submitted later").
 
     >>> est = estimate(0.0, [QueueLimits("a", 8)], [], [Waiting("w", "a", 8)],
     ...                admission_delay=3.0)["w"]
     >>> est.low, est.high, est.now
     (0.0, 3.0, True)
+
+    A job of a queue within its nominal quota, submitted while a borrower waits for that
+    quota, is admitted first (it needs no borrowing) and takes what the release frees:
+
+    >>> pool = [QueueLimits("a", 4, "c"), QueueLimits("b", 4, "c")]
+    >>> held = [Holding("r1", "a", 4, release=(100.0, 100.0)),
+    ...         Holding("r2", "b", 4, release=(10.0, 10.0))]
+    >>> w = [Waiting("w", "a", 4, runs_for=(5.0, 5.0))]
+    >>> estimate(0.0, pool, held, w)["w"].expected
+    10.0
+    >>> later = [(5.0, Waiting("x", "b", 4, runs_for=(20.0, 20.0)))]
+    >>> estimate(0.0, pool, held, w, arriving=later)["w"].expected
+    30.0
     """
     by_name = {q.name: q for q in limits}
-    kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo}
+    kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo,
+          "arriving": arriving}  # fmt: skip
     early = _replay(now, by_name, holding, waiting, at=0.0, **kw)  # type: ignore[arg-type]
     late = _replay(now, by_name, holding, waiting, at=1.0, **kw)  # type: ignore[arg-type]
     middle = _replay(now, by_name, holding, waiting, at=0.5, **kw)  # type: ignore[arg-type]
-    notes = (*assumed, *LIMITS)
+    notes = (*assumed, *LIMITS) if not arriving else (*assumed, ARRIVING, *LIMITS[1:])
     out = {}
     for w in waiting:
         never = never_reason(w, by_name, capacity)
@@ -559,6 +589,7 @@ def _rough(seconds: float) -> str:
     return format_duration(round(seconds / 60) * 60)
 
 
+ARRIVING = "queue order as reported; the jobs submitted later as given"
 LIMITS = (
     "queue order as reported; no jobs submitted later",
     "no preemption among borrowers to even their shares, no preemption within a queue, "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 ADMITTED = "STARTING"  # the event of an attempt's admission: its GPUs are reserved from then
 QUEUED = "QUEUED"
@@ -72,6 +73,25 @@ def parse(team: str, gpus: int, events: Iterable[tuple[str, float]]) -> Run:
             if kind in FINAL:
                 run.end = kind
     return run
+
+
+def release_lag(
+    beats: Iterable[dict[str, Any]], events: Iterable[tuple[str, float]]
+) -> float | None:
+    """Seconds from a successful job's last pod exit (its node heartbeats' ``exited``
+    times, the last attempt's) to its ``SUCCEEDED`` event (the controller saw its Job
+    complete; Kueue frees its quota on the same sight): the release that compression does
+    not shrink. None where it did not succeed or no pod said it exited.
+
+    >>> beats = [{"state": "exited", "time": 10.2}, {"state": "exited", "time": 10.5}]
+    >>> release_lag(beats, [("STARTING", 0.0), ("SUCCEEDED", 11.7)])
+    1.2
+    >>> release_lag([{"state": "running", "time": 9.0}], [("SUCCEEDED", 11.7)]) is None
+    True
+    """
+    exits = [b["time"] for b in beats if b.get("state") == "exited"]
+    ended = [t for k, t in events if k == "SUCCEEDED"]
+    return round(ended[-1] - max(exits), 6) if exits and ended else None
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -86,8 +86,8 @@ pools (53% -> 38% and 31% at 21 GPUs).
     .venv/bin/python bench/replay.py [--per-team 45] [--hour 6] [--scan 0.69,0.66] [--model]
 
 ``--keep`` keeps the work directory with each configuration's first estimates, the pool
-snapshots they were made from and every job's events; ``bench/replay_explain.py`` reads
-them back (where the estimates' errors come from).
+snapshots they were made from, every job's events and its GPUs and hold (``jobs.json``);
+``bench/replay_explain.py`` reads them back (where the estimates' errors come from).
 
 Builds the test control plane on first use (see tests/cluster/README.md).
 """
@@ -126,6 +126,7 @@ from _replay_stats import (
     parse,
     percentile,
     preemption_cost,
+    release_lag,
     summary,
 )
 from _replay_trace import ReplayJob, cut, quotas, read, replay_jobs, scaled, time_limit
@@ -172,6 +173,7 @@ class Result:
     lag: list[float]  # seconds each submission was late
     wall: float
     trainjobs: dict[str, str] = field(default_factory=dict)  # job -> final state
+    release: list[float] = field(default_factory=list)  # pod exit -> SUCCEEDED, per job
 
 
 class Watcher:
@@ -317,10 +319,15 @@ def replay(
     store = RunStore(runs)
     out: dict[str, Run] = {}
     samples: list[Sample] = []
+    release: list[float] = []
     for job_id, job in ids.items():
-        events = read_pages(store.get(job_id).events).items
+        rd = store.get(job_id)
+        events = read_pages(rd.events).items
         run = parse(job.team, job.gpus, [(e.type.value, e.time) for e in events])
         out[job_id] = run
+        lag = release_lag(_beats(rd.heartbeats_dir), [(e.type.value, e.time) for e in events])
+        if lag is not None:
+            release.append(lag)
         if run.end != "SUCCEEDED":  # which, and why (its last event), for the run's log
             last = events[-1] if events else None
             why = f"{last.type.value}: {last.message[:200]}" if last else "no events"
@@ -345,11 +352,25 @@ def replay(
             for i, j in ids.items() if i in watcher.first
         }  # fmt: skip
         (d / "snapshots.json").write_text(json.dumps(seen))
+        (d / "jobs.json").write_text(json.dumps({
+            i: {"team": j.team, "gpus": j.gpus, "hold": j.hold} for i, j in ids.items()
+        }))  # fmt: skip
         (d / "events.json").write_text(json.dumps({
             i: [(e.type.value, e.time) for e in read_pages(store.get(i).events).items]
             for i in ids
         }))  # fmt: skip
-    return Result(cfg, out, samples, lag, wall, dict(watcher.state))
+    return Result(cfg, out, samples, lag, wall, dict(watcher.state), release)
+
+
+def _beats(d: Path) -> list[dict[str, Any]]:
+    """The node heartbeats in ``d`` (``node-<i>.json``; one that does not read is left out)."""
+    found = []
+    for p in d.glob("node-*.json"):
+        try:
+            found.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -440,7 +461,9 @@ def main() -> int:
             print(
                 f"{cfg.name}: {r.wall:.0f} s, submissions late p90 "
                 f"{percentile(r.lag, 0.9):.2f} s, {bad} not succeeded, admission -> "
-                f"running p50 {percentile(up, 0.5):.1f} s, p90 {percentile(up, 0.9):.1f} s",
+                f"running p50 {percentile(up, 0.5):.1f} s, p90 {percentile(up, 0.9):.1f} s, "
+                f"pods' exit -> job ended p50 {percentile(r.release, 0.5):.1f} s, p90 "
+                f"{percentile(r.release, 0.9):.1f} s",
                 flush=True,
             )  # fmt: skip
     finally:

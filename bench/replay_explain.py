@@ -5,13 +5,16 @@ Each configuration's first estimates are recomputed with the controller's estima
 (:func:`aviflow.estimate.estimate`) from the pool snapshot each was made from
 (``snapshots.json``), as made and with the windows replaced by what then happened
 (``events.json``): each running job's true end (its attempt's next ending event), each
-waiting job's true hold (its next attempt, admission to end), and both. With both known,
-what is left comes from what the estimator does not model: jobs submitted later (fair
-sharing ranks a team under its quota first; a reclaim preempts borrowers for it),
-preemption among borrowers, and admission's own latency. Also counted: how many rated jobs
-a job submitted after their estimate passed (started before them, in their queue or its
+waiting job's true hold (its next attempt, admission to end), and both; then also knowing
+the jobs submitted later (each at its submission, with its true hold: the estimator's
+``arriving``, which the controller's forecast never has). With all of it known, what is
+left comes from what the estimator does not model: preemption among borrowers, a reclaimed
+borrower's return to its queue, and admission's own latency. Also counted: how many rated
+jobs a job submitted after their estimate passed (started before them, in their queue or its
 cohort). Errors are rated as the replay rates them (:func:`_replay_stats.estimate_errors`,
-the expected start; waits under ``--floor`` seconds are not rated).
+the expected start; waits under ``--floor`` seconds are not rated). A later job's GPUs come
+from the kept ``jobs.json``, or, in a work directory kept before it was, from the
+snapshots that list the job (one none lists is left out of the last column).
 
     .venv/bin/python bench/replay_explain.py /tmp/aviflow-bench-replay-XXXXXXXX
 
@@ -24,7 +27,7 @@ the expected start; waits under ``--floor`` seconds are not rated).
 ...         "waiting": [{"id": "b", "queue": "x", "gpus": 8, "runsFor": [5.0, 15.0]}]}
 >>> snaps = {"b": {"team": "x", "first": 10.0, "pool": pool}}
 >>> explain(snaps, events, floor=1.0)  # expected at 20 (the window's middle), started at 40
-Explained(rated=1, as_made=0.666667, ends=0.0, holds=0.666667, both=0.0, passed=0)
+Explained(rated=1, as_made=0.666667, ends=0.0, holds=0.666667, both=0.0, later=0.0, passed=0)
 """
 
 from __future__ import annotations
@@ -47,14 +50,15 @@ Events = Mapping[str, Sequence[Sequence[Any]]]  # job id -> [(type, time), ...]
 
 class Explained(NamedTuple):
     """One configuration's rated first estimates: how many, their median error as made and
-    knowing the running jobs' ends, the waiting jobs' holds, both; how many were passed by
-    a later submission."""
+    knowing the running jobs' ends, the waiting jobs' holds, both, and also the later
+    submissions; how many were passed by a later submission."""
 
     rated: int
     as_made: float
     ends: float
     holds: float
     both: float
+    later: float
     passed: int
 
 
@@ -104,9 +108,53 @@ def _passed(job_id: str, seen: Mapping[str, Any], events: Events, start: float) 
     )
 
 
-def explain(snapshots: Mapping[str, Any], events: Events, floor: float = 1.0) -> Explained:
-    """One configuration's kept files (``snapshots.json``, ``events.json``) explained."""
-    found: dict[str, list[Sample]] = {"as_made": [], "ends": [], "holds": [], "both": []}
+def _submitted(events: Sequence[Sequence[Any]]) -> float | None:
+    return next((t for k, t in events if k == "QUEUED"), None)
+
+
+def gpus_seen(snapshots: Mapping[str, Any]) -> dict[str, int]:
+    """Each job's GPUs as the kept snapshots list it (holding or waiting), for a work
+    directory kept without ``jobs.json``."""
+    found: dict[str, int] = {}
+    for seen in snapshots.values():
+        pool = seen.get("pool") or {}
+        for j in [*pool.get("holding", ()), *pool.get("waiting", ())]:
+            found.setdefault(j["id"], j["gpus"])
+    return found
+
+
+def _arriving(
+    job_id: str, seen: Mapping[str, Any], events: Events, gpus: Mapping[str, int], start: float
+) -> list[tuple[float, Waiting]]:
+    """The jobs submitted after the snapshot and before ``job_id`` started, in the queues
+    it lists, each with its true hold (those that never started are left out)."""
+    pool = seen["pool"]
+    cq_of = {lq.removeprefix("team-"): cq for lq, cq in pool["queues"].items()}
+    known = {h["id"] for h in pool["holding"]} | {w["id"] for w in pool["waiting"]}
+    found = []
+    for other, evs in events.items():
+        at, queue = _submitted(evs), cq_of.get(_team(other))
+        if other in known or other == job_id or at is None or queue is None:
+            continue
+        if not pool["time"] < at < start or other not in gpus:
+            continue
+        if (held := _hold(evs, at)) is not None:
+            found.append((at, Waiting(other, queue, gpus[other], (held, held))))
+    return found
+
+
+def explain(
+    snapshots: Mapping[str, Any],
+    events: Events,
+    floor: float = 1.0,
+    gpus: Mapping[str, int] | None = None,
+) -> Explained:
+    """One configuration's kept files (``snapshots.json``, ``events.json``; ``gpus``: each
+    job's, from ``jobs.json``, else as the snapshots list them) explained."""
+    gpus = gpus_seen(snapshots) if gpus is None else gpus
+    found: dict[str, list[Sample]] = {
+        "as_made": [], "ends": [], "holds": [], "both": [], "later": []
+    }  # fmt: skip
     passed = 0
     for job_id, seen in snapshots.items():
         start = _started(events.get(job_id, ()))
@@ -127,11 +175,13 @@ def explain(snapshots: Mapping[str, Any], events: Events, floor: float = 1.0) ->
             else w
             for w in waiting
         ]
-        for name, (h, w) in {
-            "as_made": (holding, waiting), "ends": (ends, waiting),
-            "holds": (holding, holds), "both": (ends, holds),
+        later = _arriving(job_id, seen, events, gpus, start)
+        for name, (h, w, a) in {
+            "as_made": (holding, waiting, []), "ends": (ends, waiting, []),
+            "holds": (holding, holds, []), "both": (ends, holds, []),
+            "later": (ends, holds, later),
         }.items():  # fmt: skip
-            est = estimate(now, limits, h, w, reclaim=reclaim)[job_id]
+            est = estimate(now, limits, h, w, reclaim=reclaim, arriving=a)[job_id]
             if est.low is not None:
                 found[name].append(Sample(seen["first"], est.low, est.high, start, est.expected))
         passed += _passed(job_id, seen, events, start)
@@ -153,13 +203,20 @@ def main() -> int:
         return 2
     print(
         "| configuration | rated | as made | knowing the running jobs' ends | the waiting "
-        "jobs' holds | both | passed by a later submission |\n|---|---:|---:|---:|---:|---:|---:|"
+        "jobs' holds | both | and the later submissions | passed by a later submission |"
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     for d in configs:
         snaps = json.loads((d / "snapshots.json").read_text())
         events = json.loads((d / "events.json").read_text())
-        e = explain(snaps, events, args.floor)
-        cells = " | ".join(f"{v:.0%}" for v in (e.as_made, e.ends, e.holds, e.both))
+        kept = d / "jobs.json"
+        gpus = (
+            {i: j["gpus"] for i, j in json.loads(kept.read_text()).items()}
+            if kept.exists()
+            else None
+        )
+        e = explain(snaps, events, args.floor, gpus)
+        cells = " | ".join(f"{v:.0%}" for v in (e.as_made, e.ends, e.holds, e.both, e.later))
         print(f"| {d.name} | {e.rated} | {cells} | {e.passed} |")
     return 0
 

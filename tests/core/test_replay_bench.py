@@ -432,11 +432,46 @@ def test_a_kept_replay_is_explained_as_made_and_knowing_what_happened() -> None:
     knowing the running job's end; a later job of another team passed it only where both
     teams share a cohort (in the static split it took its own team's quota)."""
     snaps, events = _kept("pool")
-    assert explain.explain(snaps, events) == (1, 0.666667, 0.0, 0.666667, 0.0, 1)
+    assert explain.explain(snaps, events) == (1, 0.666667, 0.0, 0.666667, 0.0, 0.0, 1)
     snaps, events = _kept(None)
-    assert explain.explain(snaps, events) == (1, 0.666667, 0.0, 0.666667, 0.0, 0)
+    assert explain.explain(snaps, events) == (1, 0.666667, 0.0, 0.666667, 0.0, 0.0, 0)
     events["r0001-x-b"][1][1] = 10.5  # a wait under the floor is not rated
     assert explain.explain(snaps, events).rated == 0
+
+
+def test_a_later_submission_that_passed_is_known_in_the_last_column() -> None:
+    """x's borrower waits for y's quota (y's running job ends at 10); y's job submitted at
+    5 (4 GPUs, held 20 s) takes it first, so x's starts at 30: expected at 10 as made and
+    knowing every end and hold (20 s off a 29-s wait), at 30 knowing the later job too. Its
+    GPUs come from ``jobs.json``, else from a snapshot that lists it; where none says, it
+    is left out."""
+    limits = [
+        {"name": q, "nominal": 4, "cohort": "pool", "borrowingLimit": None,
+         "lendingLimit": None, "strict": False}
+        for q in ("x", "y")
+    ]  # fmt: skip
+    pool = {
+        "time": 1.0, "reclaim": True, "queues": {"team-x": "x", "team-y": "y"},
+        "limits": limits,
+        "holding": [{"id": "r0000-x-a", "queue": "x", "gpus": 4, "release": [100.0, 100.0]},
+                    {"id": "r0001-y-a", "queue": "y", "gpus": 4, "release": [10.0, 10.0]}],
+        "waiting": [{"id": "r0002-x-b", "queue": "x", "gpus": 4, "runsFor": [5.0, 5.0]}],
+    }  # fmt: skip
+    events = {
+        "r0000-x-a": [["QUEUED", 0.0], ["STARTING", 0.0], ["SUCCEEDED", 100.0]],
+        "r0001-y-a": [["QUEUED", 0.0], ["STARTING", 0.0], ["SUCCEEDED", 10.0]],
+        "r0002-x-b": [["QUEUED", 0.5], ["STARTING", 30.0], ["SUCCEEDED", 35.0]],
+        "r0003-y-c": [["QUEUED", 5.0], ["STARTING", 10.0], ["SUCCEEDED", 30.0]],
+    }
+    snaps = {"r0002-x-b": {"team": "x", "first": 1.0, "pool": pool}}
+    off = round(20 / 29, 6)
+    got = explain.explain(snaps, events, gpus={"r0003-y-c": 4})
+    assert got == (1, off, off, off, off, 0.0, 1)
+    assert explain.explain(snaps, events).later == off  # no GPUs known for it: left out
+    later = {"time": 20.0, "holding": [{"id": "r0003-y-c", "gpus": 4}], "waiting": []}
+    snaps["r0009-x-z"] = {"team": "x", "first": 20.0, "pool": later}  # lists it (not rated)
+    assert explain.gpus_seen(snaps) == {"r0000-x-a": 4, "r0001-y-a": 4, "r0002-x-b": 4,
+                                        "r0003-y-c": 4}  # fmt: skip
 
 
 # -- the stand-in pod ----------------------------------------------------------------------------------
