@@ -325,9 +325,9 @@ def replay(
         events = read_pages(rd.events).items
         run = parse(job.team, job.gpus, [(e.type.value, e.time) for e in events])
         out[job_id] = run
-        lag = release_lag(_beats(rd.heartbeats_dir), [(e.type.value, e.time) for e in events])
-        if lag is not None:
-            release.append(lag)
+        freed = release_lag(_beats(rd.heartbeats_dir), [(e.type.value, e.time) for e in events])
+        if freed is not None:
+            release.append(freed)
         if run.end != "SUCCEEDED":  # which, and why (its last event), for the run's log
             last = events[-1] if events else None
             why = f"{last.type.value}: {last.message[:200]}" if last else "no events"

@@ -34,6 +34,9 @@ png = _load("_png")
 model = _load("_replay_model")
 estimates = _load("_replay_estimates")
 explain = _load("replay_explain")
+for _dep in ("_paths", "_replay_hold", "controller_history"):  # what the timeline imports
+    _load(_dep)
+timeline = _load("attempt_timeline")
 T0 = 1508112000.0  # 2017-10-16 00:00:00 UTC
 
 
@@ -396,8 +399,8 @@ def test_on_the_shipped_slice_the_estimates_miss_by_time_limits_and_meet_knowing
 
 @pytest.mark.parametrize(
     "module",
-    [trace, stats, png, model, estimates, explain],
-    ids=["trace", "stats", "png", "model", "estimates", "explain"],
+    [trace, stats, png, model, estimates, explain, timeline],
+    ids=["trace", "stats", "png", "model", "estimates", "explain", "timeline"],
 )
 def test_the_modules_examples_hold(module: ModuleType) -> None:
     import doctest
@@ -472,6 +475,28 @@ def test_a_later_submission_that_passed_is_known_in_the_last_column() -> None:
     snaps["r0009-x-z"] = {"team": "x", "first": 20.0, "pool": later}  # lists it (not rated)
     assert explain.gpus_seen(snaps) == {"r0000-x-a": 4, "r0001-y-a": 4, "r0002-x-b": 4,
                                         "r0003-y-c": 4}  # fmt: skip
+
+
+def test_an_attempts_steps_are_timed_per_job_and_a_missing_mark_leaves_one_out() -> None:
+    """The second job waited for the first: its submit -> admitted is not the queue's own;
+    its admission is the first one's "next admitted". A mark never seen leaves its steps
+    out; the last job has no next."""
+    marks = {
+        "a": {"submitted": 0.0, "admitted": 0.25, "pod created": 0.3, "bound": 1.32,
+              "running": 1.4, "exited": 3.9, "complete": 4.5, "finished": 4.52},
+        "b": {"submitted": 0.3, "admitted": 5.55, "pod created": 5.6, "bound": 6.6,
+              "running": 6.65, "exited": 9.0, "finished": 9.7},
+    }  # fmt: skip
+    got = timeline.steps(marks, ["a", "b"])
+    assert got == {
+        "submit -> admitted": [0.25],
+        "admitted -> pod created": [0.05, 0.05],
+        "pod created -> bound": [1.02, 1.0],
+        "bound -> running": [0.08, 0.05],
+        "pod exited -> Job complete": [0.6],
+        "Job complete -> Workload finished": [0.02],
+        "finished -> next admitted": [1.03],
+    }
 
 
 # -- the stand-in pod ----------------------------------------------------------------------------------
