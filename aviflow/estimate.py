@@ -28,7 +28,10 @@ quota, or beyond it within its borrowing limit and what the cohort has unused (a
 ``lendingLimit`` keeps the rest of its quota for itself). Where its queue reclaims (its
 ClusterQueue's ``reclaimWithinCohort``, the chart's default), a job within the queue's
 nominal quota starts at once, borrowers preempted. A job that cannot fit even in an empty
-pool "never" starts, with the limit that forbids it.
+pool "never" starts, with the limit that forbids it. A job that a release lets in is
+admitted within the queue's requeue lag of it (``requeue``: Kueue requeues the waiting
+Workloads in batches of a second): each release that much later in the latest replay, half
+of it in the expected one.
 
 What it does not model, said in every estimate's ``assumed``: priorities other than the
 queue order given, preemption among borrowers to even their shares, preemption of lower-priority
@@ -338,18 +341,21 @@ def _replay(
     capacity: int | None,
     machine_fifo: bool = False,
     arriving: Sequence[tuple[float, Waiting]] = (),
+    requeue: float = 0.0,
 ) -> dict[str, float]:
     """Start times of the waiting jobs when every job releases at the point ``at`` of its
     window (0: its start, 1: its end, 0.5: its middle; a window with no end releases at
     once at 0, never otherwise); a job with no start time never starts in this replay.
     ``machine_fifo``: the next job its queue allows waits for the machine's capacity and
     holds back every later one (the local backend's rule); ``arriving``: jobs that join the
-    queues' ends at the given times (see :func:`estimate`)."""
+    queues' ends at the given times; ``requeue``: the admission's lag after a release, of
+    which the point ``at`` is taken (see :func:`estimate`)."""
     pool = _Pool(limits, reclaim, capacity)
+    lag = at * max(0.0, requeue)  # a release lets the jobs it fits in this much later
     ends: list[tuple[float, str, int]] = []  # (time, queue, gpus) of every release ahead
     for h in holding:
         pool.use[h.queue] = pool.use.get(h.queue, 0) + h.gpus
-        ends.append((max(now, _point(h.release, at)), h.queue, h.gpus))
+        ends.append((max(now, _point(h.release, at) + lag), h.queue, h.gpus))
     left = [w for w in waiting if w.queue in limits and never_reason(w, limits, capacity) is None]
     later = sorted(
         ((max(now, t), i, w) for i, (t, w) in enumerate(arriving)
@@ -384,7 +390,7 @@ def _replay(
             left.remove(w)
             started[w.id] = t
             pool.use[w.queue] = pool.use.get(w.queue, 0) + w.gpus
-            ends.append((t + _point(w.runs_for, at), w.queue, w.gpus))
+            ends.append((t + _point(w.runs_for, at) + lag, w.queue, w.gpus))
         released = [e[0] for e in ends if e[0] != UNKNOWN]
         if targets <= started.keys() or not released:  # done, or nothing more frees GPUs
             break
@@ -404,6 +410,7 @@ def estimate(
     assumed: Sequence[str] = (),
     admission_delay: float = 0.0,
     arriving: Sequence[tuple[float, Waiting]] = (),
+    requeue: float = 0.0,
 ) -> dict[str, Estimate]:
     """Each waiting job's :class:`Estimate` (see the module docstring). ``reclaim``: whether
     a queue that does not say (:attr:`QueueLimits.reclaim` None) reclaims; ``capacity``: the
@@ -415,7 +422,10 @@ def estimate(
     be submitted later, ``(time, job)``, each joining its queue's end at its time
     (``bench/replay_explain.py`` gives it the submissions that did come, to measure what not
     knowing them costs; the controller's and the dry run's forecasts know of none, and
-    their ``assumed`` says "no jobs submitted later").
+    their ``assumed`` says "no jobs submitted later"); ``requeue``: the seconds the queue
+    may take to admit a job after the release that lets it in (Kueue requeues the waiting
+    Workloads in batches: :data:`aviflow.k8s.forecast.KUEUE_REQUEUE`), each release that
+    much later in the latest replay, half of it in the expected one, none in the earliest.
 
     >>> est = estimate(0.0, [QueueLimits("a", 8)], [], [Waiting("w", "a", 8)],
     ...                admission_delay=3.0)["w"]
@@ -434,10 +444,16 @@ def estimate(
     >>> later = [(5.0, Waiting("x", "b", 4, runs_for=(20.0, 20.0)))]
     >>> estimate(0.0, pool, held, w, arriving=later)["w"].expected
     30.0
+
+    Admitted on the release at 10 within a second of it, the job says 10-11 s, about 10.5:
+
+    >>> est = estimate(0.0, pool, held, w, requeue=1.0)["w"]
+    >>> est.low, est.expected, est.high
+    (10.0, 10.5, 11.0)
     """
     by_name = {q.name: q for q in limits}
     kw = {"reclaim": reclaim, "capacity": capacity, "machine_fifo": machine_fifo,
-          "arriving": arriving}  # fmt: skip
+          "arriving": arriving, "requeue": requeue}  # fmt: skip
     early = _replay(now, by_name, holding, waiting, at=0.0, **kw)  # type: ignore[arg-type]
     late = _replay(now, by_name, holding, waiting, at=1.0, **kw)  # type: ignore[arg-type]
     middle = _replay(now, by_name, holding, waiting, at=0.5, **kw)  # type: ignore[arg-type]

@@ -56,7 +56,7 @@ from aviflow.estimate import Waiting as EstWaiting
 from aviflow.k8s import manifests as m
 from aviflow.k8s.client import api_client, may_have_arrived, unreachable
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
-from aviflow.k8s.forecast import POOL_FILE, POOL_FRESH, read_snapshot
+from aviflow.k8s.forecast import KUEUE_REQUEUE, POOL_FILE, POOL_FRESH, read_snapshot
 from aviflow.k8s.kueue import (
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -411,7 +411,10 @@ class KubernetesBackend(StoreReads, Backend):
         limit = job.spec.time_limit_seconds
         me = EstWaiting(DRY_RUN_ID, cq, job.spec.total_gpus,
                         (0.0, float(limit) if limit is not None else UNKNOWN))  # fmt: skip
-        return estimate(now, limits, holding, [*waiting, me], reclaim=reclaim)[DRY_RUN_ID]
+        est = estimate(
+            now, limits, holding, [*waiting, me], reclaim=reclaim, requeue=KUEUE_REQUEUE
+        )  # as the controller's forecast
+        return est[DRY_RUN_ID]
 
     def render(self, job: TrainJob) -> list[dict[str, Any]]:
         """The TrainJob, its Service (several nodes) and NetworkPolicy (when the settings

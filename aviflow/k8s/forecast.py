@@ -36,6 +36,10 @@ from aviflow.estimate import UNKNOWN, Holding, QueueLimits, Waiting
 log = logging.getLogger("aviflow.forecast")
 POOL_FILE = ".pool.json"  # in the run store's root: the controller's latest snapshot
 POOL_FRESH = 120.0  # seconds a snapshot is believed for a dry run
+# seconds Kueue (0.17) may take to admit a waiting Workload after the release that lets it
+# in: it requeues inadmissible Workloads in batches of a second (ten with its
+# SchedulerLongRequeueInterval feature gate); aviflow.estimate's ``requeue``
+KUEUE_REQUEUE = 1.0
 
 
 def _gpu_resource(cq: Mapping[str, Any], gpu_resource: str) -> list[Mapping[str, Any]]:

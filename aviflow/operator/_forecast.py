@@ -45,7 +45,13 @@ from aviflow.estimate import (
 )
 from aviflow.history import CellHistory
 from aviflow.k8s import manifests as m
-from aviflow.k8s.forecast import POOL_FILE, cq_usage, queue_limits, snapshot_dict
+from aviflow.k8s.forecast import (
+    KUEUE_REQUEUE,
+    POOL_FILE,
+    cq_usage,
+    queue_limits,
+    snapshot_dict,
+)
 from aviflow.k8s.kueue import KUEUE_GROUP, KUEUE_VERSION
 from aviflow.pace import PaceCache, current_start
 from aviflow.records import Event
@@ -71,6 +77,8 @@ ASSUMED = (
     "runs did, else for the part of their time limit the pool's recent successful runs with "
     "a limit like theirs (half to twice) held (10th to 90th percentile), else up to their "
     "time limit",
+    "a job a release lets in is admitted within a second of it (Kueue requeues the waiting "
+    "Workloads in batches)",
 )
 Forecast = tuple[Estimate | None, WaitNumbers | None]
 
@@ -264,7 +272,7 @@ class PoolForecast:
         reclaim = all(q.reclaim for q in limits if q.cohort is not None)
         found = estimate(
             now, limits, holding, waiting, reclaim=reclaim, assumed=ASSUMED,
-            admission_delay=self.delays.p90(),
+            admission_delay=self.delays.p90(), requeue=KUEUE_REQUEUE,
         )  # fmt: skip
         self.delays.told([w.id for w in waiting if found[w.id].now], found, now)
         with self._lock:

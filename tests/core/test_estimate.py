@@ -156,6 +156,25 @@ def test_the_machine_bounds_the_local_queues() -> None:
     )
 
 
+def test_each_release_a_job_waits_for_adds_the_queues_requeue_lag() -> None:
+    """Kueue admits what a release lets in up to a second later (its requeue batch): the
+    first job waits one release (10-11 s, about 10.5), the second two, the lag counted
+    after each (15-17 s, about 16); a job that fits now does not wait for a release, and a
+    release with no known end stays open above."""
+    held = [Holding("r", "a", 8, release=(10.0, 10.0))]
+    waiting = [Waiting("w1", "a", 8, runs_for=(5.0, 5.0)), Waiting("w2", "a", 8, (5.0, 5.0))]
+    found = estimate(0.0, [QueueLimits("a", 8)], held, waiting, requeue=1.0)
+    assert [(e.low, e.expected, e.high) for e in found.values()] == [
+        (10.0, 10.5, 11.0),
+        (15.0, 16.0, 17.0),
+    ]
+    now = estimate(0.0, [QueueLimits("a", 16)], held, waiting[:1], requeue=1.0)["w1"]
+    assert (now.low, now.high, now.now) == (0.0, 0.0, True)
+    held = [Holding("r", "a", 8, release=(10.0, UNKNOWN))]
+    est = estimate(0.0, [QueueLimits("a", 8)], held, waiting[:1], requeue=1.0)["w1"]
+    assert (est.low, est.expected, est.high) == (10.0, None, None)
+
+
 def test_a_release_with_no_known_end_leaves_the_estimate_open_above() -> None:
     held = [Holding("r", "a", 8, release=(0.0, UNKNOWN))]
     est = estimate(0.0, [QueueLimits("a", 8)], held, [Waiting("w", "a", 8)], assumed=["x"])["w"]

@@ -17,6 +17,7 @@ from aviflow.attempts import admission_drift, held_seconds
 from aviflow.errors import RequestError
 from aviflow.estimate import WaitNumbers
 from aviflow.k8s.crd import GROUP, PLURAL, VERSION
+from aviflow.k8s.forecast import KUEUE_REQUEUE
 from aviflow.records import EventType, JobState
 from aviflow.spec import TrainJob
 from aviflow.store import RunDir
@@ -338,10 +339,11 @@ def test_team_a_beyond_its_quota_waits_while_team_b_runs(make_pool: Any) -> None
     assert (waiting.state, waiting.queue_position) == (JobState.QUEUED, 1), waiting
     assert "4 more needed" in waiting.message, waiting.message
     # when a2 will start: once a1 gives its 4 GPUs back, by a1's time limit at the latest
-    # (the controller's forecast, every queued tick), and why it waits, in numbers
+    # and Kueue's requeue after it (the controller's forecast, every queued tick), and why
+    # it waits, in numbers
     est = wait_for(lambda: a2.status_record().expected_start, 60, "a2's expected start")
     now = time.time()
-    a1_end = now + 600 - held_seconds(a1.events(), now)
+    a1_end = now + 600 - held_seconds(a1.events(), now) + KUEUE_REQUEUE
     assert est.never is None and est.high == pytest.approx(a1_end, abs=1.0), (est, a1_end)
     assert a2.status_record().wait == WaitNumbers(
         f"{pool.prefix}-team-a", quota=4, holds=4, borrowed=0, lendable=0, ahead=0, ahead_gpus=0
