@@ -16,7 +16,7 @@ the expected start; waits under ``--floor`` seconds are not rated). A later job'
 from the kept ``jobs.json``, or, in a work directory kept before it was, from the
 snapshots that list the job (one none lists is left out of the last column).
 
-    .venv/bin/python bench/replay_explain.py /tmp/aviflow-bench-replay-XXXXXXXX
+    .venv/bin/python bench/replay_explain.py /tmp/aviflow-bench-replay-XXXXXXXX [--requeue 1]
 
 >>> events = {"a": [["QUEUED", 0.0], ["STARTING", 0.0], ["SUCCEEDED", 40.0]],
 ...           "b": [["QUEUED", 5.0], ["STARTING", 40.0], ["SUCCEEDED", 50.0]]}
@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 from _replay_stats import Sample, estimate_errors, percentile
 
 from aviflow.estimate import Holding, Waiting, estimate
-from aviflow.k8s.forecast import parse_snapshot
+from aviflow.k8s.forecast import KUEUE_REQUEUE, parse_snapshot
 from aviflow.records import EventType
 
 Events = Mapping[str, Sequence[Sequence[Any]]]  # job id -> [(type, time), ...]
@@ -148,9 +148,12 @@ def explain(
     events: Events,
     floor: float = 1.0,
     gpus: Mapping[str, int] | None = None,
+    requeue: float = 0.0,
 ) -> Explained:
     """One configuration's kept files (``snapshots.json``, ``events.json``; ``gpus``: each
-    job's, from ``jobs.json``, else as the snapshots list them) explained."""
+    job's, from ``jobs.json``, else as the snapshots list them) explained; ``requeue``: the
+    admission's lag after a release, as the controller's forecast counted it
+    (:data:`aviflow.k8s.forecast.KUEUE_REQUEUE`; 0 before it did)."""
     gpus = gpus_seen(snapshots) if gpus is None else gpus
     found: dict[str, list[Sample]] = {
         "as_made": [], "ends": [], "holds": [], "both": [], "later": []
@@ -181,7 +184,8 @@ def explain(
             "holds": (holding, holds, []), "both": (ends, holds, []),
             "later": (ends, holds, later),
         }.items():  # fmt: skip
-            est = estimate(now, limits, h, w, reclaim=reclaim, arriving=a)[job_id]
+            est = estimate(now, limits, h, w, reclaim=reclaim, arriving=a, requeue=requeue)
+            est = est[job_id]
             if est.low is not None:
                 found[name].append(Sample(seen["first"], est.low, est.high, start, est.expected))
         passed += _passed(job_id, seen, events, start)
@@ -196,6 +200,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kept", type=Path, help="bench/replay.py --keep's work directory")
     parser.add_argument("--floor", type=float, default=1.0, help="shortest wait rated (s)")
+    parser.add_argument(
+        "--requeue", type=float, default=KUEUE_REQUEUE,
+        help="the admission's lag after a release, as the forecast counted it (s; 0 for a "
+        "work directory kept before b75da4d)",
+    )  # fmt: skip
     args = parser.parse_args()
     configs = sorted(p.parent for p in args.kept.glob("*/snapshots.json"))
     if not configs:
@@ -215,7 +224,7 @@ def main() -> int:
             if kept.exists()
             else None
         )
-        e = explain(snaps, events, args.floor, gpus)
+        e = explain(snaps, events, args.floor, gpus, args.requeue)
         cells = " | ".join(f"{v:.0%}" for v in (e.as_made, e.ends, e.holds, e.both, e.later))
         print(f"| {d.name} | {e.rated} | {cells} | {e.passed} |")
     return 0

@@ -470,6 +470,10 @@ def test_a_later_submission_that_passed_is_known_in_the_last_column() -> None:
     off = round(20 / 29, 6)
     got = explain.explain(snaps, events, gpus={"r0003-y-c": 4})
     assert got == (1, off, off, off, off, 0.0, 1)
+    # counting Kueue's requeue after each release (half of it expected): y's job at 10.5,
+    # its release at 31, x's expected then, a second after it started
+    late = explain.explain(snaps, events, gpus={"r0003-y-c": 4}, requeue=1.0)
+    assert late.later == round(1 / 29, 6)
     assert explain.explain(snaps, events).later == off  # no GPUs known for it: left out
     later = {"time": 20.0, "holding": [{"id": "r0003-y-c", "gpus": 4}], "waiting": []}
     snaps["r0009-x-z"] = {"team": "x", "first": 20.0, "pool": later}  # lists it (not rated)
