@@ -22,9 +22,9 @@ see each job's Workload, attempt Job and pod, and each step is timed per job:
 - ``finished -> next admitted``: the next waiting Workload admitted after the quota the one
   before freed (Kueue requeues inadmissible Workloads in batches of a second).
 
-Prints each step's median and maximum over the jobs. One run (6 December 2026, idle
-machine): the ungate and the requeue took 1.02-1.05 s every time, the Job's completion
-0.3-0.9 s, everything else under 0.2 s (README).
+Prints each step's median and maximum over the jobs. One run of eight jobs (6 December
+2026, idle machine; 59 s): the ungate took 1.00-1.04 s every time, the requeue 1.03-1.05 s,
+the Job's completion 0.1-1 s, the rest under 0.2 s (README).
 
     .venv/bin/python bench/attempt_timeline.py [--jobs 6] [--hold 3] [--gap 0.3]
 
@@ -74,22 +74,26 @@ STEPS = [
 Marks = Mapping[str, Mapping[str, float]]  # job -> mark -> first time seen
 
 
-def steps(marks: Marks, order: list[str]) -> dict[str, list[float]]:
-    """Each step's seconds per job (``order``: the jobs by submission); a job waits for the
-    one before, so only the first one's ``submit -> admitted`` is the queue's own.
+def steps(marks: Marks) -> dict[str, list[float]]:
+    """Each step's seconds per job. Jobs are taken in the order Kueue admitted them (jobs
+    created in the same second have no order of their own: its order among them is not
+    submission's); each waited for the one before, so only the first one's ``submit ->
+    admitted`` is the queue's own, and each one's ``finished -> next admitted`` ends at the
+    next one's admission.
 
     >>> marks = {"a": {"submitted": 0.0, "admitted": 0.2, "pod created": 0.3, "bound": 1.3,
     ...                "running": 1.4, "exited": 4.0, "complete": 4.6, "finished": 4.7},
     ...          "b": {"submitted": 0.5, "admitted": 5.7}}
-    >>> got = steps(marks, ["a", "b"])
+    >>> got = steps(marks)
     >>> got["submit -> admitted"], got["pod created -> bound"], got["finished -> next admitted"]
     ([0.2], [1.0], [1.0])
     """
     found: dict[str, list[float]] = {name: [] for name, _, _ in STEPS}
-    for i, job in enumerate(order):
-        m = dict(marks.get(job, {}))
-        if i + 1 < len(order) and "admitted" in marks.get(order[i + 1], {}):
-            m["next admitted"] = marks[order[i + 1]]["admitted"]
+    order = sorted((m["admitted"], job) for job, m in marks.items() if "admitted" in m)
+    for i, (_, job) in enumerate(order):
+        m = dict(marks[job])
+        if i + 1 < len(order):
+            m["next admitted"] = order[i + 1][0]
         for name, a, b in STEPS:
             if name == "submit -> admitted" and i > 0:
                 continue  # it waited for the job before
@@ -233,7 +237,7 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
             return all("finished" in m for m in seen.snapshot().values())
 
         wait_for(done, args.jobs * (args.hold + 10) + 60, "every job finished", interval=0.5)
-        return steps(marker.snapshot(), names)
+        return steps(marker.snapshot())
     finally:
         if marker is not None:
             marker.stop()

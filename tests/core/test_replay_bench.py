@@ -482,16 +482,18 @@ def test_a_later_submission_that_passed_is_known_in_the_last_column() -> None:
 
 
 def test_an_attempts_steps_are_timed_per_job_and_a_missing_mark_leaves_one_out() -> None:
-    """The second job waited for the first: its submit -> admitted is not the queue's own;
-    its admission is the first one's "next admitted". A mark never seen leaves its steps
-    out; the last job has no next."""
+    """Jobs in the order Kueue admitted them (b, submitted first in the same second, went
+    second): a's submit -> admitted is the queue's own, b's is not; b's admission is a's
+    "next admitted". A mark never seen leaves its steps out; the last job has no next, and
+    a job never admitted is left out."""
     marks = {
-        "a": {"submitted": 0.0, "admitted": 0.25, "pod created": 0.3, "bound": 1.32,
-              "running": 1.4, "exited": 3.9, "complete": 4.5, "finished": 4.52},
-        "b": {"submitted": 0.3, "admitted": 5.55, "pod created": 5.6, "bound": 6.6,
-              "running": 6.65, "exited": 9.0, "finished": 9.7},
+        "a": {"submitted": 0.3, "admitted": 0.55, "pod created": 0.6, "bound": 1.62,
+              "running": 1.7, "exited": 4.2, "complete": 4.8, "finished": 4.82},
+        "b": {"submitted": 0.0, "admitted": 5.85, "pod created": 5.9, "bound": 6.9,
+              "running": 6.95, "exited": 9.3, "finished": 10.0},
+        "c": {"submitted": 0.6},
     }  # fmt: skip
-    got = timeline.steps(marks, ["a", "b"])
+    got = timeline.steps(marks)
     assert got == {
         "submit -> admitted": [0.25],
         "admitted -> pod created": [0.05, 0.05],
