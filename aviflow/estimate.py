@@ -419,36 +419,19 @@ def estimate(
     granted in the windows it gave (added to each); ``admission_delay``: the seconds the
     queue has lately taken to admit a job that fits at once (the caller measures it): such a
     job still says ``now``, its latest start that much later; ``arriving``: jobs known to
-    be submitted later, ``(time, job)``, each joining its queue's end at its time
-    (``bench/replay_explain.py`` gives it the submissions that did come, to measure what not
-    knowing them costs; the controller's and the dry run's forecasts know of none, and
-    their ``assumed`` says "no jobs submitted later"); ``requeue``: the seconds the queue
-    may take to admit a job after the release that lets it in (Kueue requeues the waiting
-    Workloads in batches: :data:`aviflow.k8s.forecast.KUEUE_REQUEUE`), each release that
-    much later in the latest replay, half of it in the expected one, none in the earliest.
+    be submitted later, ``(time, job)``, each joining its queue's end at its time (only
+    ``bench/replay_explain.py`` knows them: no forecast does); ``requeue``: the seconds the
+    queue may take to admit a job after the release that lets it in
+    (:data:`aviflow.k8s.forecast.KUEUE_REQUEUE`), each release that much later in the
+    latest replay, half of it in the expected one, none in the earliest.
 
     >>> est = estimate(0.0, [QueueLimits("a", 8)], [], [Waiting("w", "a", 8)],
     ...                admission_delay=3.0)["w"]
     >>> est.low, est.high, est.now
     (0.0, 3.0, True)
-
-    A job of a queue within its nominal quota, submitted while a borrower waits for that
-    quota, is admitted first (it needs no borrowing) and takes what the release frees:
-
-    >>> pool = [QueueLimits("a", 4, "c"), QueueLimits("b", 4, "c")]
-    >>> held = [Holding("r1", "a", 4, release=(100.0, 100.0)),
-    ...         Holding("r2", "b", 4, release=(10.0, 10.0))]
-    >>> w = [Waiting("w", "a", 4, runs_for=(5.0, 5.0))]
-    >>> estimate(0.0, pool, held, w)["w"].expected
-    10.0
-    >>> later = [(5.0, Waiting("x", "b", 4, runs_for=(20.0, 20.0)))]
-    >>> estimate(0.0, pool, held, w, arriving=later)["w"].expected
-    30.0
-
-    Admitted on the release at 10 within a second of it, the job says 10-11 s, about 10.5:
-
-    >>> est = estimate(0.0, pool, held, w, requeue=1.0)["w"]
-    >>> est.low, est.expected, est.high
+    >>> held = [Holding("r", "a", 8, release=(10.0, 10.0))]
+    >>> est = estimate(0.0, [QueueLimits("a", 8)], held, [Waiting("w", "a", 8)], requeue=1.0)
+    >>> est["w"].low, est["w"].expected, est["w"].high
     (10.0, 10.5, 11.0)
     """
     by_name = {q.name: q for q in limits}

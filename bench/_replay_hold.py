@@ -1,5 +1,10 @@
 """The stand-in for a trainer pod in ``bench/replay.py`` (a template: ``{python}``,
-``{kubectl}``, ``{kubeconfig}`` and ``{namespace}`` are filled in per configuration)."""
+``{kubectl}``, ``{kubeconfig}`` and ``{namespace}`` are filled in per configuration:
+:func:`stand_in`, also for ``bench/attempt_timeline.py``)."""
+
+from pathlib import Path
+
+import yaml
 
 HOLD = '''#!{python} -S
 """A trainer pod's stand-in (bench/replay.py): holds its GPUs until its job has held them
@@ -62,6 +67,24 @@ while True:
     beat("running")
 beat("exited")
 '''
+
+
+def stand_in(d: Path, ns: str, runs: Path, python: str, kubectl: str, kubeconfig: str) -> dict:
+    """Write ``d/hold.py`` (the template filled in for namespace ``ns``) and the controller's
+    ``d/settings.yaml`` that runs it as every pod's ``python``, the run store at ``runs``;
+    the settings, as written."""
+    hold = d / "hold.py"
+    hold.write_text(HOLD.format(python=python, kubectl=kubectl, kubeconfig=kubeconfig,
+                                namespace=ns))  # fmt: skip
+    hold.chmod(0o755)
+    mounts = d / "mounts"
+    raw = {
+        "namespace": ns, "python": str(hold), "image": "aviflow/trainer:bench",
+        "runs": {"localPath": str(runs), "mountPath": str(mounts / "runs")},
+        "scratch": [str(mounts / "tmp"), str(mounts / "home")],
+    }  # fmt: skip
+    (d / "settings.yaml").write_text(yaml.safe_dump(raw))
+    return raw
 
 
 if __name__ == "__main__":  # a template, nothing to run: print it

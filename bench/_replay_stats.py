@@ -88,8 +88,17 @@ def release_lag(
     1.2
     >>> release_lag([{"state": "running", "time": 9.0}], [("SUCCEEDED", 11.7)]) is None
     True
+    >>> release_lag([{"state": "exited", "time": "10"}], [("SUCCEEDED", 11.7)]) is None
+    True
     """
-    exits = [b["time"] for b in beats if b.get("state") == "exited"]
+    # a beat is the job's own file: a time of another type is not believed
+    exits = [
+        float(t)
+        for b in beats
+        if b.get("state") == "exited"
+        and isinstance(t := b.get("time"), int | float)
+        and not isinstance(t, bool)
+    ]
     ended = [t for k, t in events if k == "SUCCEEDED"]
     return round(ended[-1] - max(exits), 6) if exits and ended else None
 

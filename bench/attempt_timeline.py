@@ -46,8 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, images)
-import yaml
-from _replay_hold import HOLD
+from _replay_hold import stand_in
 from _replay_stats import percentile
 from aviflow_pool import install_crd, pool_objects, run_store_volume
 from controller_history import ControllerProcess
@@ -202,16 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
         objects = pool_objects("tl", ns, {"team-a": {"gpus": 8}})
         objects += run_store_volume(ns, str(runs), "tl-runs")
         cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
-        hold = work / "hold.py"
-        hold.write_text(HOLD.format(python=sys.executable, kubectl=cluster.kubectl_path,
-                                    kubeconfig=cluster.kubeconfig, namespace=ns))  # fmt: skip
-        hold.chmod(0o755)
-        raw = {
-            "namespace": ns, "python": str(hold), "image": "aviflow/trainer:bench",
-            "runs": {"localPath": str(runs), "mountPath": str(work / "mounts" / "runs")},
-            "scratch": [str(work / "mounts" / "tmp"), str(work / "mounts" / "home")],
-        }  # fmt: skip
-        (work / "settings.yaml").write_text(yaml.safe_dump(raw))
+        raw = stand_in(work, ns, runs, sys.executable, cluster.kubectl_path, cluster.kubeconfig)
         api = cluster.api_client()
         backend = KubernetesBackend(ClusterSettings.from_dict(raw), api=api)
         os.environ["BENCH_QUEUED_TICK"] = "1"
@@ -231,10 +221,10 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
             marker.mark(name, "submitted")
             backend.submit(spec, build_bundle(spec))
             time.sleep(args.gap)
-        seen = marker
+        watching = marker  # not None, for the closure
 
         def done() -> bool:
-            return all("finished" in m for m in seen.snapshot().values())
+            return all("finished" in m for m in watching.snapshot().values())
 
         wait_for(done, args.jobs * (args.hold + 10) + 60, "every job finished", interval=0.5)
         return steps(marker.snapshot())

@@ -114,7 +114,7 @@ import _paths  # noqa: F401  (the test tree's helpers: tests/cluster, k8s, image
 import yaml
 from _png import bar_chart
 from _replay_estimates import medians, samples
-from _replay_hold import HOLD
+from _replay_hold import stand_in
 from _replay_model import scan
 from _replay_stats import (
     Run,
@@ -253,23 +253,7 @@ def replay(
         if o["kind"] == "ClusterQueue":
             name = o["metadata"]["name"]
             wait_for(lambda name=name: active(name), 60, f"ClusterQueue {name} Active")
-    hold = d / "hold.py"
-    hold.write_text(
-        HOLD.format(
-            python=sys.executable,
-            kubectl=cluster.kubectl_path,
-            kubeconfig=cluster.kubeconfig,
-            namespace=ns,
-        )
-    )
-    hold.chmod(0o755)
-    mounts = d / "mounts"
-    raw = {
-        "namespace": ns, "python": str(hold), "image": "aviflow/trainer:bench",
-        "runs": {"localPath": str(runs), "mountPath": str(mounts / "runs")},
-        "scratch": [str(mounts / "tmp"), str(mounts / "home")],
-    }  # fmt: skip
-    (d / "settings.yaml").write_text(yaml.safe_dump(raw))
+    raw = stand_in(d, ns, runs, sys.executable, cluster.kubectl_path, cluster.kubeconfig)
     backend = KubernetesBackend(ClusterSettings.from_dict(raw), api=api)
     watcher = Watcher(api, ns, runs / POOL_FILE if args.keep else None)
     watcher.informer.start()
@@ -320,13 +304,15 @@ def replay(
     out: dict[str, Run] = {}
     samples: list[Sample] = []
     release: list[float] = []
+    kinds: dict[str, list[tuple[str, float]]] = {}  # each job's events, as kept
     for job_id, job in ids.items():
         rd = store.get(job_id)
         events = read_pages(rd.events).items
-        run = parse(job.team, job.gpus, [(e.type.value, e.time) for e in events])
+        kinds[job_id] = [(e.type.value, e.time) for e in events]
+        run = parse(job.team, job.gpus, kinds[job_id])
         out[job_id] = run
-        freed = release_lag(_beats(rd.heartbeats_dir), [(e.type.value, e.time) for e in events])
-        if freed is not None:
+        beats = [rd.heartbeat(n) for n in range(job.nodes)]  # the run store's checked reads
+        if (freed := release_lag(beats, kinds[job_id])) is not None:
             release.append(freed)
         if run.end != "SUCCEEDED":  # which, and why (its last event), for the run's log
             last = events[-1] if events else None
@@ -355,22 +341,8 @@ def replay(
         (d / "jobs.json").write_text(json.dumps({
             i: {"team": j.team, "gpus": j.gpus, "hold": j.hold} for i, j in ids.items()
         }))  # fmt: skip
-        (d / "events.json").write_text(json.dumps({
-            i: [(e.type.value, e.time) for e in read_pages(store.get(i).events).items]
-            for i in ids
-        }))  # fmt: skip
+        (d / "events.json").write_text(json.dumps(kinds))
     return Result(cfg, out, samples, lag, wall, dict(watcher.state), release)
-
-
-def _beats(d: Path) -> list[dict[str, Any]]:
-    """The node heartbeats in ``d`` (``node-<i>.json``; one that does not read is left out)."""
-    found = []
-    for p in d.glob("node-*.json"):
-        try:
-            found.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 # -- the report ------------------------------------------------------------------------------------

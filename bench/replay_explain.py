@@ -85,11 +85,18 @@ def _team(job_id: str) -> str:
     return parts[1] if len(parts) > 2 else ""
 
 
+def _queues_and_known(pool: Mapping[str, Any]) -> tuple[dict[str, str], set[str]]:
+    """A snapshot's ClusterQueue of each team, and the jobs it knew (holding or waiting)."""
+    cq_of = {lq.removeprefix("team-"): cq for lq, cq in pool["queues"].items()}
+    known = {h["id"] for h in pool["holding"]} | {w["id"] for w in pool["waiting"]}
+    return cq_of, known
+
+
 def _passed(job_id: str, seen: Mapping[str, Any], events: Events, start: float) -> bool:
     """Whether a job that was neither holding nor waiting in the snapshot (submitted after
     it) was admitted before ``job_id``, in its queue or its queue's cohort."""
     pool = seen["pool"]
-    cq_of = {lq.removeprefix("team-"): cq for lq, cq in pool["queues"].items()}
+    cq_of, known = _queues_and_known(pool)
     cohort = {q["name"]: q["cohort"] for q in pool["limits"]}
     mine = cq_of.get(seen["team"])
 
@@ -97,7 +104,6 @@ def _passed(job_id: str, seen: Mapping[str, Any], events: Events, start: float) 
         cq = cq_of.get(team)
         return cq == mine or (cohort.get(mine) is not None and cohort.get(cq) == cohort[mine])
 
-    known = {h["id"] for h in pool["holding"]} | {w["id"] for w in pool["waiting"]}
     return any(
         other not in known
         and other != job_id
@@ -129,8 +135,7 @@ def _arriving(
     """The jobs submitted after the snapshot and before ``job_id`` started, in the queues
     it lists, each with its true hold (those that never started are left out)."""
     pool = seen["pool"]
-    cq_of = {lq.removeprefix("team-"): cq for lq, cq in pool["queues"].items()}
-    known = {h["id"] for h in pool["holding"]} | {w["id"] for w in pool["waiting"]}
+    cq_of, known = _queues_and_known(pool)
     found = []
     for other, evs in events.items():
         at, queue = _submitted(evs), cq_of.get(_team(other))

@@ -156,6 +156,20 @@ def test_the_machine_bounds_the_local_queues() -> None:
     )
 
 
+def test_a_job_submitted_later_within_its_quota_passes_a_waiting_borrower() -> None:
+    """Known to arrive at 5, b's job needs no borrowing: it takes the GPUs b's running job
+    frees at 10 before a's borrower, which then waits for it (until 30)."""
+    pool = [QueueLimits("a", 4, "c"), QueueLimits("b", 4, "c")]
+    held = [Holding("r1", "a", 4, release=(100.0, 100.0)),
+            Holding("r2", "b", 4, release=(10.0, 10.0))]  # fmt: skip
+    w = [Waiting("w", "a", 4, runs_for=(5.0, 5.0))]
+    assert estimate(0.0, pool, held, w)["w"].expected == 10.0
+    later = [(5.0, Waiting("x", "b", 4, runs_for=(20.0, 20.0)))]
+    est = estimate(0.0, pool, held, w, arriving=later)["w"]
+    assert (est.low, est.expected, est.high) == (30.0, 30.0, 30.0)
+    assert "the jobs submitted later as given" in est.assumed[0]
+
+
 def test_each_release_a_job_waits_for_adds_the_queues_requeue_lag() -> None:
     """Kueue admits what a release lets in up to a second later (its requeue batch): the
     first job waits one release (10-11 s, about 10.5), the second two, the lag counted

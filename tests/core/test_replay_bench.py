@@ -408,14 +408,19 @@ def test_the_modules_examples_hold(module: ModuleType) -> None:
     assert doctest.testmod(module).failed == 0
 
 
+def _limits(nominal: int, cohort: str | None, lend: dict[str, int | None]) -> list[Any]:
+    """A kept snapshot's queue limits: queues x and y (each lending ``lend[q]``)."""
+    return [
+        {"name": q, "nominal": nominal, "cohort": cohort, "borrowingLimit": None,
+         "lendingLimit": lend[q], "strict": False}
+        for q in ("x", "y")
+    ]  # fmt: skip
+
+
 def _kept(cohort: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """A kept configuration: x's job waits behind x's running one (released 15-25 s, ended
     at 40); y's job, submitted after the estimate, starts at 30, before x's (at 40)."""
-    limits = [
-        {"name": q, "nominal": 8, "cohort": cohort, "borrowingLimit": None,
-         "lendingLimit": lend, "strict": False}
-        for q, lend in (("x", None), ("y", 0))  # y lends x nothing
-    ]  # fmt: skip
+    limits = _limits(8, cohort, {"x": None, "y": 0})  # y lends x nothing
     pool = {
         "time": 10.0, "reclaim": True, "queues": {"team-x": "x", "team-y": "y"},
         "limits": limits,
@@ -448,11 +453,7 @@ def test_a_later_submission_that_passed_is_known_in_the_last_column() -> None:
     knowing every end and hold (20 s off a 29-s wait), at 30 knowing the later job too. Its
     GPUs come from ``jobs.json``, else from a snapshot that lists it; where none says, it
     is left out."""
-    limits = [
-        {"name": q, "nominal": 4, "cohort": "pool", "borrowingLimit": None,
-         "lendingLimit": None, "strict": False}
-        for q in ("x", "y")
-    ]  # fmt: skip
+    limits = _limits(4, "pool", {"x": None, "y": None})
     pool = {
         "time": 1.0, "reclaim": True, "queues": {"team-x": "x", "team-y": "y"},
         "limits": limits,
